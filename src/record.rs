@@ -1,0 +1,144 @@
+//! One evaluated attempt: the row finance reads (SPEC §5) and the enrichment forwarded spans carry.
+
+use chrono::NaiveDate;
+use rust_decimal::Decimal;
+
+/// Everything the `attempts` table holds for one attempt span.
+///
+/// Field names match the Parquet column names one to one; the column names themselves live in
+/// [`crate::sinks::parquet::schema`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRow {
+    /// Span start, nanoseconds since the Unix epoch (UTC).
+    pub event_time: i64,
+    /// Span end, nanoseconds since the Unix epoch (UTC).
+    pub end_time: i64,
+    pub trace_id: String,
+    pub span_id: String,
+    pub request_id: String,
+    pub service_name: String,
+    pub task_type: Option<String>,
+    pub billing_group: Option<String>,
+    pub provider: Option<String>,
+    pub attempt_index: i32,
+    pub original_model: Option<String>,
+    pub retry_model: Option<String>,
+    pub response_model: Option<String>,
+    pub original_family: Option<String>,
+    pub retry_family: Option<String>,
+    pub input_tokens: Option<i64>,
+    pub cached_input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+    pub output_cap: Option<i64>,
+    pub planned_attempt_usd: Option<Decimal>,
+    pub actual_attempt_usd: Option<Decimal>,
+    pub estimated_incremental_usd: Option<Decimal>,
+    pub cumulative_incremental_usd: Option<Decimal>,
+    pub remaining_envelope_usd: Option<Decimal>,
+    pub max_incremental_usd: Option<Decimal>,
+    pub group_ratio: Option<Decimal>,
+    pub sdk_estimated_incremental_usd: Option<Decimal>,
+    pub sdk_remaining_envelope_usd: Option<Decimal>,
+    pub max_attempts_after_first: Option<i32>,
+    pub pricing_version: Option<String>,
+    pub pricing_source: Option<String>,
+    pub pricing_digest: Option<String>,
+    pub pricing_checked_at: Option<NaiveDate>,
+    pub spend_class: SpendClass,
+    pub decision: Decision,
+    pub decision_reason: String,
+    pub audited: bool,
+    pub unaudited_reason: Option<UnauditedReason>,
+    pub error_type: Option<String>,
+    pub sdk_decision_reason: Option<String>,
+    pub violations: Vec<Violation>,
+    pub output_reached_client: Option<bool>,
+}
+
+impl AttemptRow {
+    /// UTC date of the span start: the Hive partition the row belongs to.
+    pub fn partition_date(&self) -> NaiveDate {
+        chrono::DateTime::from_timestamp_nanos(self.event_time).date_naive()
+    }
+}
+
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The exact string written to Parquet, metrics and forwarded spans.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+wire_enum! {
+    /// One decision per attempt, in precedence order after `FirstAttempt`.
+    Decision {
+        FirstAttempt => "first_attempt",
+        ReplayUnsafe => "replay_unsafe",
+        OverAttempts => "over_attempts",
+        RoutingDrift => "routing_drift",
+        Unaudited => "unaudited",
+        OverEnvelope => "over_envelope",
+        WithinEnvelope => "within_envelope",
+    }
+}
+
+wire_enum! {
+    /// Violations in the order SPEC §4 lists them (and `violations` is written in).
+    Violation {
+        ReplayUnsafe => "replay_unsafe",
+        OverAttempts => "over_attempts",
+        RoutingDrift => "routing_drift",
+        OverEnvelope => "over_envelope",
+        SdkEstimateMismatch => "sdk_estimate_mismatch",
+    }
+}
+
+wire_enum! {
+    /// How finance books an attempt's spend.
+    SpendClass {
+        Base => "base",
+        Retry => "retry",
+        Fallback => "fallback",
+        Drift => "drift",
+        Unknown => "unknown",
+    }
+}
+
+wire_enum! {
+    /// Why an attempt is unaudited; the declaration order is the order SPEC §4 checks them in.
+    UnauditedReason {
+        NoEnvelope => "no_envelope",
+        EnvelopeIncomplete => "envelope_incomplete",
+        PricingVersionMissing => "pricing_version_missing",
+        PricingSourceMissing => "pricing_source_missing",
+        PricingCheckedAtMissing => "pricing_checked_at_missing",
+        UnknownPricingVersion => "unknown_pricing_version",
+        PricingMetadataMismatch => "pricing_metadata_mismatch",
+        PricingStale => "pricing_stale",
+        UnknownBillingGroup => "unknown_billing_group",
+        ModelNotInPricing => "model_not_in_pricing",
+        OutputCapMissing => "output_cap_missing",
+        InputTokensMissing => "input_tokens_missing",
+        InvalidUsage => "invalid_usage",
+        FirstAttemptMissing => "first_attempt_missing",
+        EarlierAttemptMissing => "earlier_attempt_missing",
+        EarlierAttemptUnpriced => "earlier_attempt_unpriced",
+        EnvelopeConflict => "envelope_conflict",
+    }
+}

@@ -1,0 +1,3 @@
+//! Where evaluated attempts go.
+
+pub mod parquet;

@@ -1,0 +1,1 @@
+//! Parquet sink (SPEC §5).
