@@ -1,4 +1,8 @@
 //! retry-spend-collector: prices LLM retries and fallbacks against dated retry spend envelopes.
 
+pub mod assemble;
+pub mod contract;
+pub mod pricing;
 pub mod record;
+pub mod rules;
 pub mod sinks;

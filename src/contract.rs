@@ -1,0 +1,516 @@
+//! The span contract (SPEC §2): attribute names, and reading one OTLP span into typed facts.
+//!
+//! Reading never fails: a value of the wrong type or out of range is kept as "missing" or
+//! "invalid" here, and the rules turn it into the row's `unaudited_reason`.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use chrono::NaiveDate;
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
+use rust_decimal::{Decimal, RoundingStrategy};
+use serde_json::value::RawValue;
+
+use crate::pricing::parse_date;
+
+/// Attribute names, one constant each.
+pub mod attr {
+    pub const SPAN_ROLE: &str = "retry_spend.span.role";
+    pub const REQUEST_ID: &str = "retry_spend.request.id";
+    pub const ATTEMPT_INDEX: &str = "retry_spend.attempt.index";
+    pub const ATTEMPT_COUNT: &str = "retry_spend.attempt_count";
+    pub const ATTEMPT_MODEL_FAMILY: &str = "retry_spend.attempt.model_family";
+    pub const OUTPUT_REACHED_CLIENT: &str = "retry_spend.attempt.output_reached_client";
+
+    pub const PRICING_SOURCE: &str = "retry_spend.pricing.source";
+    pub const PRICING_CHECKED_AT: &str = "retry_spend.pricing.checked_at";
+    pub const PRICING_VERSION: &str = "retry_spend.pricing.version";
+    pub const BILLING_GROUP: &str = "retry_spend.billing_group";
+    pub const MAX_INCREMENTAL_USD: &str = "retry_spend.envelope.max_incremental_usd";
+    pub const MAX_ATTEMPTS_AFTER_FIRST: &str = "retry_spend.envelope.max_attempts_after_first";
+    pub const ALLOW_FAMILY_FALLBACK: &str = "retry_spend.envelope.allow_family_fallback";
+    pub const ALLOWED_FALLBACK_FAMILIES: &str = "retry_spend.envelope.allowed_fallback_families";
+    pub const REPLAY_SAFE: &str = "retry_spend.envelope.replay_safe";
+    pub const TASK_TYPE: &str = "retry_spend.task.type";
+    pub const ENVELOPE_JSON: &str = "retry_spend.envelope";
+
+    pub const SDK_ESTIMATED_INCREMENTAL_USD: &str = "retry_spend.sdk.estimated_incremental_usd";
+    pub const SDK_REMAINING_ENVELOPE_USD: &str = "retry_spend.sdk.remaining_envelope_usd";
+    pub const SDK_DECISION_REASON: &str = "retry_spend.sdk.decision_reason";
+
+    pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+    pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
+    pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
+    pub const LEGACY_SYSTEM: &str = "gen_ai.system";
+    pub const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+    pub const LEGACY_PROMPT_TOKENS: &str = "gen_ai.usage.prompt_tokens";
+    pub const CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
+    pub const LEGACY_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read_input_tokens";
+    pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+    pub const LEGACY_COMPLETION_TOKENS: &str = "gen_ai.usage.completion_tokens";
+    pub const REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
+    pub const ERROR_TYPE: &str = "error.type";
+    pub const SERVICE_NAME: &str = "service.name";
+
+    pub const ROLE_LOGICAL_REQUEST: &str = "logical_request";
+    pub const ROLE_ATTEMPT: &str = "attempt";
+    /// `error.type` when the span status is ERROR and names no type.
+    pub const ERROR_TYPE_OTHER: &str = "_OTHER";
+    pub const UNKNOWN_SERVICE: &str = "unknown_service";
+}
+
+/// Token counts above 2^53 cannot come from a real request; they are flagged as invalid usage.
+pub const MAX_TOKEN_COUNT: i64 = 1 << 53;
+
+pub type TraceId = [u8; 16];
+pub type SpanId = [u8; 8];
+
+/// An integer attribute as read: absent or unparseable values are `Missing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Count {
+    #[default]
+    Missing,
+    Value(i64),
+    /// A number that does not fit an i64 at all.
+    OutOfRange,
+}
+
+impl Count {
+    pub fn value(self) -> Option<i64> {
+        match self {
+            Count::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Negative, absurdly large, or beyond i64: not a usage a provider bills.
+    pub fn is_invalid_usage(self) -> bool {
+        match self {
+            Count::Value(v) => !(0..=MAX_TOKEN_COUNT).contains(&v),
+            Count::OutOfRange => true,
+            Count::Missing => false,
+        }
+    }
+}
+
+/// What role a span plays in the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanKind {
+    LogicalRequest,
+    Attempt,
+    /// A GenAI client span with no role, index or request id: a request of one attempt.
+    SingleAttempt,
+    /// Not ours: forwarded untouched, never a row.
+    Passthrough,
+}
+
+/// Envelope fields as one source (a span's flat attributes, or its JSON policy) gives them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvelopeFields {
+    /// Any envelope attribute other than `task.type` was there, parseable or not.
+    pub present: bool,
+    /// The JSON form was there but did not parse as an object.
+    pub json_invalid: bool,
+    pub pricing_source: Option<String>,
+    pub pricing_checked_at: Option<NaiveDate>,
+    pub pricing_version: Option<String>,
+    pub billing_group: Option<String>,
+    pub max_incremental_usd: Option<Decimal>,
+    pub max_attempts_after_first: Option<i32>,
+    pub allow_family_fallback: Option<bool>,
+    pub allowed_fallback_families: Option<Vec<String>>,
+    pub replay_safe: Option<bool>,
+    pub task_type: Option<String>,
+}
+
+/// What the rules need from one span, read once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanFacts {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    pub parent_span_id: Option<SpanId>,
+    pub service_name: Arc<str>,
+    pub start_time_unix_nano: u64,
+    pub end_time_unix_nano: u64,
+    pub kind: SpanKind,
+    pub request_id: Option<String>,
+    /// `None` when absent, negative or not an int32: the group is then indexed by start time.
+    pub attempt_index: Option<i32>,
+    pub attempt_count: Option<u32>,
+    pub envelope: EnvelopeFields,
+    /// The `retry_spend.envelope` JSON policy, when the span carries one.
+    pub envelope_json: Option<EnvelopeFields>,
+    pub request_model: Option<String>,
+    pub response_model: Option<String>,
+    pub provider: Option<String>,
+    pub model_family: Option<String>,
+    pub input_tokens: Count,
+    pub cached_input_tokens: Count,
+    pub output_tokens: Count,
+    pub output_cap: Count,
+    pub output_reached_client: Option<bool>,
+    pub error_type: Option<String>,
+    pub sdk_estimated_incremental_usd: Option<Decimal>,
+    pub sdk_remaining_envelope_usd: Option<Decimal>,
+    pub sdk_decision_reason: Option<String>,
+}
+
+impl SpanFacts {
+    /// Reads one span. `service_name` comes from the span's resource.
+    pub fn from_span(span: &Span, service_name: &Arc<str>) -> SpanFacts {
+        let mut facts = SpanFacts {
+            trace_id: id_or_zero(&span.trace_id),
+            span_id: id_or_zero(&span.span_id),
+            parent_span_id: (span.parent_span_id.len() == 8)
+                .then(|| id_or_zero(&span.parent_span_id))
+                .filter(|id| *id != [0; 8]),
+            service_name: Arc::clone(service_name),
+            start_time_unix_nano: span.start_time_unix_nano,
+            end_time_unix_nano: span.end_time_unix_nano,
+            kind: SpanKind::Passthrough,
+            request_id: None,
+            attempt_index: None,
+            attempt_count: None,
+            envelope: EnvelopeFields::default(),
+            envelope_json: None,
+            request_model: None,
+            response_model: None,
+            provider: None,
+            model_family: None,
+            input_tokens: Count::Missing,
+            cached_input_tokens: Count::Missing,
+            output_tokens: Count::Missing,
+            output_cap: Count::Missing,
+            output_reached_client: None,
+            error_type: None,
+            sdk_estimated_incremental_usd: None,
+            sdk_remaining_envelope_usd: None,
+            sdk_decision_reason: None,
+        };
+        let mut role = None;
+        let mut has_index = false;
+        // Legacy names only fill in what the current name left empty, whatever the order.
+        let mut legacy_system = None;
+        let mut legacy_input = Count::Missing;
+        let mut legacy_cached = Count::Missing;
+        let mut legacy_output = Count::Missing;
+
+        for KeyValue { key, value, .. } in &span.attributes {
+            let Some(value) = value.as_ref().and_then(|v| v.value.as_ref()) else {
+                if is_envelope_key(key) {
+                    facts.envelope.present = true;
+                }
+                continue;
+            };
+            let env = &mut facts.envelope;
+            match key.as_str() {
+                attr::SPAN_ROLE => role = string(value),
+                attr::REQUEST_ID => facts.request_id = request_id(value),
+                attr::ATTEMPT_INDEX => {
+                    has_index = true;
+                    facts.attempt_index = int(value)
+                        .value()
+                        .and_then(|i| i32::try_from(i).ok())
+                        .filter(|i| *i >= 0);
+                }
+                attr::ATTEMPT_COUNT => {
+                    facts.attempt_count = int(value)
+                        .value()
+                        .and_then(|c| u32::try_from(c).ok())
+                        .filter(|c| *c > 0);
+                }
+                attr::ATTEMPT_MODEL_FAMILY => facts.model_family = string(value),
+                attr::OUTPUT_REACHED_CLIENT => facts.output_reached_client = boolean(value),
+                attr::REQUEST_MODEL => facts.request_model = string(value),
+                attr::RESPONSE_MODEL => facts.response_model = string(value),
+                attr::PROVIDER_NAME => facts.provider = string(value),
+                attr::LEGACY_SYSTEM => legacy_system = string(value),
+                attr::INPUT_TOKENS => facts.input_tokens = int(value),
+                attr::LEGACY_PROMPT_TOKENS => legacy_input = int(value),
+                attr::CACHE_READ_INPUT_TOKENS => facts.cached_input_tokens = int(value),
+                attr::LEGACY_CACHE_READ_INPUT_TOKENS => legacy_cached = int(value),
+                attr::OUTPUT_TOKENS => facts.output_tokens = int(value),
+                attr::LEGACY_COMPLETION_TOKENS => legacy_output = int(value),
+                attr::REQUEST_MAX_TOKENS => facts.output_cap = int(value),
+                attr::ERROR_TYPE => facts.error_type = string(value),
+                attr::SDK_ESTIMATED_INCREMENTAL_USD => {
+                    facts.sdk_estimated_incremental_usd = money(value)
+                }
+                attr::SDK_REMAINING_ENVELOPE_USD => facts.sdk_remaining_envelope_usd = money(value),
+                attr::SDK_DECISION_REASON => facts.sdk_decision_reason = string(value),
+                attr::TASK_TYPE => env.task_type = string(value),
+                attr::ENVELOPE_JSON => {
+                    facts.envelope_json = Some(match value {
+                        Value::StringValue(json) => parse_envelope_json(json),
+                        _ => EnvelopeFields {
+                            present: true,
+                            json_invalid: true,
+                            ..Default::default()
+                        },
+                    });
+                }
+                key => {
+                    if read_flat_envelope_field(env, key, value) {
+                        env.present = true;
+                    }
+                }
+            }
+        }
+
+        facts.provider = facts.provider.or(legacy_system);
+        if facts.input_tokens == Count::Missing {
+            facts.input_tokens = legacy_input;
+        }
+        if facts.cached_input_tokens == Count::Missing {
+            facts.cached_input_tokens = legacy_cached;
+        }
+        if facts.output_tokens == Count::Missing {
+            facts.output_tokens = legacy_output;
+        }
+        if facts.error_type.is_none()
+            && span
+                .status
+                .as_ref()
+                .is_some_and(|s| s.code == StatusCode::Error as i32)
+        {
+            facts.error_type = Some(attr::ERROR_TYPE_OTHER.to_owned());
+        }
+        facts.kind = match role.as_deref() {
+            Some(attr::ROLE_LOGICAL_REQUEST) => SpanKind::LogicalRequest,
+            Some(attr::ROLE_ATTEMPT) => SpanKind::Attempt,
+            _ if has_index => SpanKind::Attempt,
+            _ if facts.request_model.is_some() && facts.request_id.is_some() => SpanKind::Attempt,
+            _ if facts.request_model.is_some() => SpanKind::SingleAttempt,
+            _ => SpanKind::Passthrough,
+        };
+        facts
+    }
+
+    /// Whether any source on this span names an envelope.
+    pub fn has_envelope(&self) -> bool {
+        self.envelope.present || self.envelope_json.as_ref().is_some_and(|j| j.present)
+    }
+}
+
+/// The service name of a resource's attributes, `unknown_service` when it has none.
+pub fn service_name(resource_attributes: &[KeyValue]) -> Arc<str> {
+    resource_attributes
+        .iter()
+        .find(|kv| kv.key == attr::SERVICE_NAME)
+        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+        .and_then(string)
+        .map_or_else(|| Arc::from(attr::UNKNOWN_SERVICE), Arc::from)
+}
+
+fn is_envelope_key(key: &str) -> bool {
+    matches!(
+        key,
+        attr::PRICING_SOURCE
+            | attr::PRICING_CHECKED_AT
+            | attr::PRICING_VERSION
+            | attr::BILLING_GROUP
+            | attr::MAX_INCREMENTAL_USD
+            | attr::MAX_ATTEMPTS_AFTER_FIRST
+            | attr::ALLOW_FAMILY_FALLBACK
+            | attr::ALLOWED_FALLBACK_FAMILIES
+            | attr::REPLAY_SAFE
+            | attr::ENVELOPE_JSON
+    )
+}
+
+/// Reads a flat envelope attribute; returns whether `key` is one (present even if unparseable).
+fn read_flat_envelope_field(env: &mut EnvelopeFields, key: &str, value: &Value) -> bool {
+    match key {
+        attr::PRICING_SOURCE => env.pricing_source = string(value),
+        attr::PRICING_CHECKED_AT => {
+            env.pricing_checked_at = string(value).as_deref().and_then(parse_date)
+        }
+        attr::PRICING_VERSION => env.pricing_version = string(value),
+        attr::BILLING_GROUP => env.billing_group = string(value),
+        attr::MAX_INCREMENTAL_USD => env.max_incremental_usd = money(value),
+        attr::MAX_ATTEMPTS_AFTER_FIRST => env.max_attempts_after_first = small_int(int(value)),
+        attr::ALLOW_FAMILY_FALLBACK => env.allow_family_fallback = boolean(value),
+        attr::ALLOWED_FALLBACK_FAMILIES => env.allowed_fallback_families = string_array(value),
+        attr::REPLAY_SAFE => env.replay_safe = boolean(value),
+        _ => return false,
+    }
+    true
+}
+
+fn id_or_zero<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    <[u8; N]>::try_from(bytes).unwrap_or([0; N])
+}
+
+/// A non-empty string value; other types count as missing.
+fn string(value: &Value) -> Option<String> {
+    match value {
+        Value::StringValue(s) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Request ids are strings, but an SDK that writes an integer id means the same thing.
+fn request_id(value: &Value) -> Option<String> {
+    match value {
+        Value::IntValue(i) => Some(i.to_string()),
+        other => string(other),
+    }
+}
+
+fn boolean(value: &Value) -> Option<bool> {
+    match value {
+        Value::BoolValue(b) => Some(*b),
+        _ => None,
+    }
+}
+
+fn string_array(value: &Value) -> Option<Vec<String>> {
+    match value {
+        Value::ArrayValue(array) => array
+            .values
+            .iter()
+            .map(|v| match &v.value {
+                Some(Value::StringValue(s)) => Some(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
+fn small_int(count: Count) -> Option<i32> {
+    count.value().and_then(|v| i32::try_from(v).ok())
+}
+
+/// An integer from an int, an integral double, or an integral decimal string.
+fn int(value: &Value) -> Count {
+    match value {
+        Value::IntValue(i) => Count::Value(*i),
+        Value::DoubleValue(d) => int_from_decimal(double_to_decimal(*d)),
+        Value::StringValue(s) => int_from_decimal(parse_lenient_decimal(s)),
+        _ => Count::Missing,
+    }
+}
+
+fn int_from_decimal(d: Option<Decimal>) -> Count {
+    match d {
+        Some(d) if d.fract().is_zero() => i64::try_from(d).map_or(Count::OutOfRange, Count::Value),
+        _ => Count::Missing,
+    }
+}
+
+/// Money from an int, a double (through its shortest decimal form), or a decimal string,
+/// rounded half-even to the 18 places the Parquet columns hold.
+fn money(value: &Value) -> Option<Decimal> {
+    let d = match value {
+        Value::IntValue(i) => Some(Decimal::from(*i)),
+        Value::DoubleValue(d) => double_to_decimal(*d),
+        Value::StringValue(s) => parse_lenient_decimal(s),
+        _ => None,
+    }?;
+    Some(round_money(d))
+}
+
+pub(crate) fn round_money(d: Decimal) -> Decimal {
+    d.round_dp_with_strategy(18, RoundingStrategy::MidpointNearestEven)
+}
+
+fn double_to_decimal(d: f64) -> Option<Decimal> {
+    if !d.is_finite() {
+        return None;
+    }
+    // Display prints the shortest representation that round-trips, so 0.015 reads as 0.015.
+    parse_lenient_decimal(&d.to_string())
+}
+
+/// A decimal in plain or scientific notation; excess fractional digits are rounded.
+fn parse_lenient_decimal(text: &str) -> Option<Decimal> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if text.contains(['e', 'E']) {
+        Decimal::from_scientific(text).ok()
+    } else {
+        Decimal::from_str(text).ok()
+    }
+}
+
+/// Reads the seed's JSON policy: `{"retry_spend_envelope": {...}}` or the inner object.
+pub fn parse_envelope_json(json: &str) -> EnvelopeFields {
+    let invalid = EnvelopeFields {
+        present: true,
+        json_invalid: true,
+        ..Default::default()
+    };
+    type Object<'a> = std::collections::HashMap<String, &'a RawValue>;
+    let Ok(outer) = serde_json::from_str::<Object<'_>>(json) else {
+        return invalid;
+    };
+    let inner_raw = outer.get("retry_spend_envelope").map(|raw| raw.get());
+    let object = match inner_raw {
+        Some(inner) => match serde_json::from_str::<Object<'_>>(inner) {
+            Ok(inner) => inner,
+            Err(_) => return invalid,
+        },
+        None => outer,
+    };
+
+    let mut env = EnvelopeFields {
+        present: true,
+        ..Default::default()
+    };
+    let text = |key: &str| {
+        object
+            .get(key)
+            .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+            .filter(|s| !s.is_empty())
+    };
+    let number = |key: &str| object.get(key).and_then(|raw| json_number(raw));
+    let flag = |key: &str| {
+        object
+            .get(key)
+            .and_then(|raw| serde_json::from_str::<bool>(raw.get()).ok())
+    };
+
+    env.pricing_source = text("pricing_source");
+    env.pricing_checked_at = text("pricing_checked_at").as_deref().and_then(parse_date);
+    env.pricing_version = text("pricing_version");
+    env.billing_group = text("billing_group");
+    env.max_incremental_usd = number("max_incremental_usd").map(round_money);
+    env.max_attempts_after_first = number("max_attempts_after_first")
+        .filter(|d| d.fract().is_zero())
+        .and_then(|d| i32::try_from(d).ok());
+    env.allow_family_fallback = flag("allow_family_fallback");
+    env.allowed_fallback_families = object
+        .get("allowed_fallback_families")
+        .and_then(|raw| serde_json::from_str::<Vec<String>>(raw.get()).ok());
+    env.replay_safe = flag("replay_safe");
+    env.task_type = text("task_type");
+    env
+}
+
+/// A JSON number read from its literal text (exact), or a decimal string.
+fn json_number(raw: &RawValue) -> Option<Decimal> {
+    let text = raw.get();
+    if text.starts_with('"') {
+        serde_json::from_str::<String>(text)
+            .ok()
+            .as_deref()
+            .and_then(parse_lenient_decimal)
+    } else if text.starts_with(['-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9']) {
+        parse_lenient_decimal(text)
+    } else {
+        None
+    }
+}
+
+/// Helper for tests and tools: an OTLP attribute.
+pub fn kv(key: &str, value: Value) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,123 @@
+//! Resolving one request's envelope from every span that states it.
+
+use crate::assemble::Request;
+use crate::contract::EnvelopeFields;
+
+/// The envelope a request is judged by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Envelope {
+    pub fields: EnvelopeFields,
+    /// Two spans named different values for one field.
+    pub conflict: bool,
+}
+
+impl Envelope {
+    pub fn present(&self) -> bool {
+        self.fields.present
+    }
+
+    /// `max_incremental_usd` or `max_attempts_after_first` missing, or the JSON form broken.
+    pub fn incomplete(&self) -> bool {
+        self.fields.json_invalid
+            || self.fields.max_incremental_usd.is_none()
+            || self.fields.max_attempts_after_first.is_none()
+    }
+}
+
+/// Merges the logical span's and every attempt's envelope; attempts must already be in order.
+///
+/// Values are compared after parsing and an absent value never conflicts. On a conflict the
+/// figures come from the logical request span, else from the lowest-index attempt that has one.
+pub fn resolve(request: &Request) -> Envelope {
+    let sources: Vec<&EnvelopeFields> = request
+        .logical
+        .iter()
+        .chain(request.attempts.iter())
+        .flat_map(|span| std::iter::once(&span.envelope).chain(span.envelope_json.as_ref()))
+        .collect();
+
+    let mut merged = EnvelopeFields::default();
+    let mut conflict = false;
+    for source in &sources {
+        merged.present |= source.present;
+        merged.json_invalid |= source.json_invalid;
+        conflict |= merge(&mut merged.pricing_source, &source.pricing_source);
+        conflict |= merge(&mut merged.pricing_checked_at, &source.pricing_checked_at);
+        conflict |= merge(&mut merged.pricing_version, &source.pricing_version);
+        conflict |= merge(&mut merged.billing_group, &source.billing_group);
+        conflict |= merge(&mut merged.max_incremental_usd, &source.max_incremental_usd);
+        conflict |= merge(
+            &mut merged.max_attempts_after_first,
+            &source.max_attempts_after_first,
+        );
+        conflict |= merge(
+            &mut merged.allow_family_fallback,
+            &source.allow_family_fallback,
+        );
+        conflict |= merge(
+            &mut merged.allowed_fallback_families,
+            &source.allowed_fallback_families,
+        );
+        conflict |= merge(&mut merged.replay_safe, &source.replay_safe);
+        conflict |= merge(&mut merged.task_type, &source.task_type);
+    }
+    if !conflict {
+        return Envelope {
+            fields: merged,
+            conflict,
+        };
+    }
+
+    let authoritative = request
+        .logical
+        .iter()
+        .find(|l| l.has_envelope())
+        .or_else(|| request.attempts.iter().find(|a| a.has_envelope()));
+    let mut fields = EnvelopeFields::default();
+    if let Some(span) = authoritative {
+        // Within the one span, flat attributes and the JSON policy complete each other.
+        for source in std::iter::once(&span.envelope).chain(span.envelope_json.as_ref()) {
+            fields.present |= source.present;
+            fields.json_invalid |= source.json_invalid;
+            fill(&mut fields.pricing_source, &source.pricing_source);
+            fill(&mut fields.pricing_checked_at, &source.pricing_checked_at);
+            fill(&mut fields.pricing_version, &source.pricing_version);
+            fill(&mut fields.billing_group, &source.billing_group);
+            fill(&mut fields.max_incremental_usd, &source.max_incremental_usd);
+            fill(
+                &mut fields.max_attempts_after_first,
+                &source.max_attempts_after_first,
+            );
+            fill(
+                &mut fields.allow_family_fallback,
+                &source.allow_family_fallback,
+            );
+            fill(
+                &mut fields.allowed_fallback_families,
+                &source.allowed_fallback_families,
+            );
+            fill(&mut fields.replay_safe, &source.replay_safe);
+            fill(&mut fields.task_type, &source.task_type);
+        }
+    }
+    fields.present = true;
+    Envelope { fields, conflict }
+}
+
+/// Takes `value` when nothing is known yet; reports whether it disagrees with what is.
+fn merge<T: Clone + PartialEq>(known: &mut Option<T>, value: &Option<T>) -> bool {
+    match (known.as_ref(), value) {
+        (_, None) => false,
+        (None, Some(v)) => {
+            *known = Some(v.clone());
+            false
+        }
+        (Some(k), Some(v)) => k != v,
+    }
+}
+
+fn fill<T: Clone>(known: &mut Option<T>, value: &Option<T>) {
+    if known.is_none() {
+        known.clone_from(value);
+    }
+}

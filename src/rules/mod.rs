@@ -1,0 +1,420 @@
+//! The envelope rules (SPEC §4): one pure function from a request to its rows.
+//!
+//! No I/O, no clock, no async: `serve` and `replay` call [`evaluate`] alike, which is what makes
+//! their rows agree.
+
+mod envelope;
+mod reason;
+
+pub use envelope::{resolve as resolve_envelope, Envelope};
+
+use std::collections::BTreeSet;
+
+use rust_decimal::Decimal;
+
+use crate::assemble::Request;
+use crate::contract::{Count, SpanFacts};
+use crate::pricing::{cost_usd, ModelPrice, PricingBook, Snapshot, Usage};
+use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
+
+/// Settings of the rules that are policy, not contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RulesConfig {
+    /// A snapshot checked more than this many whole days before the span start is stale.
+    pub max_pricing_age_days: i64,
+}
+
+impl Default for RulesConfig {
+    fn default() -> Self {
+        RulesConfig {
+            max_pricing_age_days: 30,
+        }
+    }
+}
+
+/// The SDK's estimate may differ from ours by this much before it is flagged.
+const SDK_ESTIMATE_TOLERANCE_USD: Decimal = Decimal::from_parts(1, 0, 0, false, 6);
+
+/// Puts attempts in evaluation order, assigning indices 0, 1, … by (start time, span id) when
+/// any attempt lacks one. Returns each attempt's index.
+pub fn order_attempts(attempts: &mut [SpanFacts]) -> Vec<i32> {
+    let by_time = |a: &SpanFacts, b: &SpanFacts| {
+        (a.start_time_unix_nano, a.span_id).cmp(&(b.start_time_unix_nano, b.span_id))
+    };
+    if attempts.iter().all(|a| a.attempt_index.is_some()) {
+        attempts.sort_by(|a, b| {
+            a.attempt_index
+                .cmp(&b.attempt_index)
+                .then_with(|| by_time(a, b))
+        });
+        attempts
+            .iter()
+            .map(|a| a.attempt_index.unwrap_or_default())
+            .collect()
+    } else {
+        attempts.sort_by(by_time);
+        (0..attempts.len())
+            .map(|i| i32::try_from(i).unwrap_or(i32::MAX))
+            .collect()
+    }
+}
+
+/// Per-attempt facts the rules derive before judging.
+struct Priced<'a> {
+    span: &'a SpanFacts,
+    index: i32,
+    price: Option<&'a ModelPrice>,
+    family: Option<&'a str>,
+    usage_invalid: bool,
+    planned: Option<Decimal>,
+    actual: Option<Decimal>,
+}
+
+/// Evaluates one request: a row per attempt, in attempt order.
+pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> Vec<AttemptRow> {
+    let mut attempts = request.attempts.clone();
+    let indices = order_attempts(&mut attempts);
+    let ordered = Request {
+        key: request.key.clone(),
+        logical: request.logical.clone(),
+        attempts,
+    };
+    let envelope = envelope::resolve(&ordered);
+    let env = &envelope.fields;
+
+    let snapshot = env.pricing_version.as_deref().and_then(|v| book.get(v));
+    let group_ratio = snapshot
+        .zip(env.billing_group.as_deref())
+        .and_then(|(s, g)| s.group_ratio.get(g).copied());
+
+    let priced: Vec<Priced<'_>> = ordered
+        .attempts
+        .iter()
+        .zip(&indices)
+        .map(|(span, &index)| price_attempt(span, index, snapshot, group_ratio))
+        .collect();
+
+    let first = priced.iter().find(|p| p.index == 0);
+    let present_indices: BTreeSet<i32> = priced.iter().map(|p| p.index).collect();
+    let request_id = ordered.key.request_id();
+
+    let mut rows = Vec::with_capacity(priced.len());
+    let mut running_incremental = Some(Decimal::ZERO);
+    let mut earlier_retry_unpriced = false;
+    let mut earlier_output_reached_client = false;
+
+    for attempt in &priced {
+        let k = attempt.index;
+        let is_retry = k > 0;
+        let span = attempt.span;
+
+        let estimated = if is_retry {
+            attempt.planned
+        } else {
+            Some(Decimal::ZERO)
+        };
+        let gap = is_retry && (1..k).any(|i| !present_indices.contains(&i));
+        let cumulative = if is_retry {
+            running_incremental = running_incremental
+                .zip(estimated)
+                .and_then(|(a, b)| a.checked_add(b));
+            running_incremental.filter(|_| !gap)
+        } else {
+            Some(Decimal::ZERO)
+        };
+        let remaining = env
+            .max_incremental_usd
+            .zip(cumulative)
+            .and_then(|(max, cum)| max.checked_sub(cum));
+
+        let unaudited_reason = audit(AuditInput {
+            envelope: &envelope,
+            snapshot,
+            group_ratio,
+            attempt,
+            first_missing: is_retry && first.is_none(),
+            gap,
+            earlier_retry_unpriced,
+            config,
+        });
+        let audited = unaudited_reason.is_none();
+
+        let mut violations = Vec::new();
+        if env.present {
+            if earlier_output_reached_client && env.replay_safe != Some(true) {
+                violations.push(Violation::ReplayUnsafe);
+            }
+            if env.max_attempts_after_first.is_some_and(|max| k > max) {
+                violations.push(Violation::OverAttempts);
+            }
+        }
+        let family_drift = env.present
+            && match (first.and_then(|f| f.family), attempt.family) {
+                (Some(original), Some(this)) if original != this => {
+                    env.allow_family_fallback != Some(true)
+                        || !env
+                            .allowed_fallback_families
+                            .as_ref()
+                            .is_some_and(|allowed| allowed.iter().any(|f| f == this))
+                }
+                _ => false,
+            };
+        let served_drift = served_model_drift(span);
+        if family_drift || served_drift {
+            violations.push(Violation::RoutingDrift);
+        }
+        if env.present {
+            if audited
+                && cumulative
+                    .zip(env.max_incremental_usd)
+                    .is_some_and(|(cum, max)| cum > max)
+            {
+                violations.push(Violation::OverEnvelope);
+            }
+            if is_retry {
+                if let (Some(sdk), Some(ours)) = (span.sdk_estimated_incremental_usd, estimated) {
+                    if sdk
+                        .checked_sub(ours)
+                        .is_none_or(|diff| diff.abs() > SDK_ESTIMATE_TOLERANCE_USD)
+                    {
+                        violations.push(Violation::SdkEstimateMismatch);
+                    }
+                }
+            }
+        }
+
+        let decision = if !is_retry {
+            Decision::FirstAttempt
+        } else if violations.contains(&Violation::ReplayUnsafe) {
+            Decision::ReplayUnsafe
+        } else if violations.contains(&Violation::OverAttempts) {
+            Decision::OverAttempts
+        } else if violations.contains(&Violation::RoutingDrift) {
+            Decision::RoutingDrift
+        } else if !audited {
+            Decision::Unaudited
+        } else if violations.contains(&Violation::OverEnvelope) {
+            Decision::OverEnvelope
+        } else {
+            Decision::WithinEnvelope
+        };
+
+        let spend_class = if !is_retry {
+            SpendClass::Base
+        } else if violations.contains(&Violation::RoutingDrift) {
+            SpendClass::Drift
+        } else if let Some(first) = first {
+            if first.span.request_model == span.request_model {
+                SpendClass::Retry
+            } else {
+                SpendClass::Fallback
+            }
+        } else {
+            SpendClass::Unknown
+        };
+
+        let row = AttemptRow {
+            event_time: nanos(span.start_time_unix_nano),
+            end_time: nanos(span.end_time_unix_nano),
+            trace_id: hex::encode(span.trace_id),
+            span_id: hex::encode(span.span_id),
+            request_id: request_id.clone(),
+            service_name: span.service_name.to_string(),
+            task_type: env.task_type.clone(),
+            billing_group: env.billing_group.clone(),
+            provider: span.provider.clone(),
+            attempt_index: k,
+            original_model: first.and_then(|f| f.span.request_model.clone()),
+            retry_model: span.request_model.clone(),
+            response_model: span.response_model.clone(),
+            original_family: first.and_then(|f| f.family.map(str::to_owned)),
+            retry_family: attempt.family.map(str::to_owned),
+            input_tokens: span.input_tokens.value(),
+            cached_input_tokens: span.cached_input_tokens.value(),
+            output_tokens: span.output_tokens.value(),
+            output_cap: span.output_cap.value(),
+            planned_attempt_usd: attempt.planned,
+            actual_attempt_usd: attempt.actual,
+            estimated_incremental_usd: estimated,
+            cumulative_incremental_usd: cumulative,
+            remaining_envelope_usd: remaining,
+            max_incremental_usd: env.max_incremental_usd,
+            group_ratio,
+            sdk_estimated_incremental_usd: span.sdk_estimated_incremental_usd,
+            sdk_remaining_envelope_usd: span.sdk_remaining_envelope_usd,
+            max_attempts_after_first: env.max_attempts_after_first,
+            pricing_version: env.pricing_version.clone(),
+            pricing_source: env.pricing_source.clone(),
+            pricing_digest: snapshot.map(|s| s.digest.clone()),
+            pricing_checked_at: env.pricing_checked_at,
+            spend_class,
+            decision,
+            decision_reason: String::new(),
+            audited,
+            unaudited_reason,
+            error_type: span.error_type.clone(),
+            sdk_decision_reason: span.sdk_decision_reason.clone(),
+            violations,
+            output_reached_client: span.output_reached_client,
+        };
+        let decision_reason = reason::sentence(&row);
+        rows.push(AttemptRow {
+            decision_reason,
+            ..row
+        });
+
+        if is_retry && attempt.planned.is_none() {
+            earlier_retry_unpriced = true;
+        }
+        earlier_output_reached_client |= span.output_reached_client == Some(true);
+    }
+    rows
+}
+
+fn price_attempt<'a>(
+    span: &'a SpanFacts,
+    index: i32,
+    snapshot: Option<&'a Snapshot>,
+    group_ratio: Option<Decimal>,
+) -> Priced<'a> {
+    let price = snapshot
+        .zip(span.request_model.as_deref())
+        .and_then(|(s, m)| s.models.get(m));
+    let family = span
+        .model_family
+        .as_deref()
+        .or_else(|| price.and_then(|p| p.family.as_deref()));
+    let usage_invalid = usage_is_invalid(span);
+    let cost = |output: Count| {
+        let (price, ratio) = (price?, group_ratio?);
+        if usage_invalid {
+            return None;
+        }
+        let usage = Usage {
+            input: span.input_tokens.value()?,
+            cached: span.cached_input_tokens.value().unwrap_or(0),
+            output: output.value()?,
+        };
+        cost_usd(price, ratio, usage)
+    };
+    Priced {
+        span,
+        index,
+        price,
+        family,
+        usage_invalid,
+        planned: cost(span.output_cap),
+        actual: cost(span.output_tokens),
+    }
+}
+
+/// A negative or absurd count, or more cached tokens than input tokens.
+fn usage_is_invalid(span: &SpanFacts) -> bool {
+    let counts = [
+        span.input_tokens,
+        span.cached_input_tokens,
+        span.output_tokens,
+        span.output_cap,
+    ];
+    counts.iter().any(|c| c.is_invalid_usage())
+        || matches!(
+            (span.input_tokens.value(), span.cached_input_tokens.value()),
+            (Some(input), Some(cached)) if cached > input
+        )
+}
+
+/// The gateway served another model than requested; a dated variant (`<model>-…`) is not drift.
+fn served_model_drift(span: &SpanFacts) -> bool {
+    match (
+        span.request_model.as_deref(),
+        span.response_model.as_deref(),
+    ) {
+        (Some(requested), Some(served)) => {
+            served != requested
+                && !served
+                    .strip_prefix(requested)
+                    .is_some_and(|rest| rest.starts_with('-'))
+        }
+        _ => false,
+    }
+}
+
+struct AuditInput<'a> {
+    envelope: &'a Envelope,
+    snapshot: Option<&'a Snapshot>,
+    group_ratio: Option<Decimal>,
+    attempt: &'a Priced<'a>,
+    first_missing: bool,
+    gap: bool,
+    earlier_retry_unpriced: bool,
+    config: &'a RulesConfig,
+}
+
+/// The first unaudited reason that holds, in SPEC §4 order.
+fn audit(input: AuditInput<'_>) -> Option<UnauditedReason> {
+    use UnauditedReason as R;
+    let env = &input.envelope.fields;
+    let span = input.attempt.span;
+    if !input.envelope.present() {
+        return Some(R::NoEnvelope);
+    }
+    if input.envelope.incomplete() {
+        return Some(R::EnvelopeIncomplete);
+    }
+    let Some(_version) = &env.pricing_version else {
+        return Some(R::PricingVersionMissing);
+    };
+    let Some(source) = &env.pricing_source else {
+        return Some(R::PricingSourceMissing);
+    };
+    let Some(checked_at) = env.pricing_checked_at else {
+        return Some(R::PricingCheckedAtMissing);
+    };
+    let Some(snapshot) = input.snapshot else {
+        return Some(R::UnknownPricingVersion);
+    };
+    if *source != snapshot.source || checked_at != snapshot.checked_at {
+        return Some(R::PricingMetadataMismatch);
+    }
+    let span_date =
+        chrono::DateTime::from_timestamp_nanos(nanos(span.start_time_unix_nano)).date_naive();
+    if (span_date - checked_at).num_days() > input.config.max_pricing_age_days {
+        return Some(R::PricingStale);
+    }
+    if input.group_ratio.is_none() {
+        return Some(R::UnknownBillingGroup);
+    }
+    if input.attempt.price.is_none() {
+        return Some(R::ModelNotInPricing);
+    }
+    if span.output_cap == Count::Missing {
+        return Some(R::OutputCapMissing);
+    }
+    if span.input_tokens == Count::Missing {
+        return Some(R::InputTokensMissing);
+    }
+    if input.attempt.usage_invalid {
+        return Some(R::InvalidUsage);
+    }
+    if input.first_missing {
+        return Some(R::FirstAttemptMissing);
+    }
+    if input.gap {
+        return Some(R::EarlierAttemptMissing);
+    }
+    if input.earlier_retry_unpriced {
+        return Some(R::EarlierAttemptUnpriced);
+    }
+    if input.envelope.conflict {
+        return Some(R::EnvelopeConflict);
+    }
+    None
+}
+
+/// OTLP times are u64 nanoseconds; Arrow's are i64. Times past 2262 are clamped, not wrapped.
+fn nanos(t: u64) -> i64 {
+    i64::try_from(t).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests;
