@@ -514,3 +514,6 @@ pub fn kv(key: &str, value: Value) -> KeyValue {
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests;

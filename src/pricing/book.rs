@@ -130,3 +130,162 @@ impl PricingBook {
         all
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
+
+    fn write(dir: &Path, name: &str, body: &str) {
+        std::fs::write(dir.join(name), body).unwrap();
+    }
+
+    fn snapshot_json(version: &str, models: &str) -> String {
+        format!(
+            r#"{{"pricing_source": "https://aiwave.live/api/pricing", "pricing_checked_at": "2026-08-22",
+               "pricing_version": "{version}", "currency": "USD", "unit": "per_million_tokens",
+               "group_ratio": {{"default": "3", "vip": 1}}, "models": {{{models}}}}}"#
+        )
+    }
+
+    fn single_error(body: &str) -> PricingError {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "bad.json", body);
+        let mut errors = PricingBook::load_dir(dir.path()).unwrap_err().0;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        errors.remove(0)
+    }
+
+    #[test]
+    fn shipped_snapshot_loads_with_the_seed_rows() {
+        let book = PricingBook::load_dir(Path::new(SHIPPED)).unwrap();
+        let s = book
+            .get("a42d372ccf0b5dd13ecf71203521f9d2")
+            .expect("seed snapshot");
+        assert_eq!(s.models.len(), 6);
+        assert_eq!(s.group_ratio["default"].to_string(), "3");
+        assert_eq!(s.models["qwen3.5-122b-a10b"].cached_input, None);
+        assert_eq!(
+            s.models["kimi-k2.7-code"].cached_input.unwrap().to_string(),
+            "0.150794"
+        );
+        assert_eq!(s.models["glm-5"].family.as_deref(), Some("glm"));
+        assert_eq!(s.digest.len(), 64);
+    }
+
+    #[test]
+    fn numbers_are_accepted_and_read_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "a.json",
+            &snapshot_json("v", r#""m": {"input": 0.1234567891, "output": 2}"#),
+        );
+        let book = PricingBook::load_dir(dir.path()).unwrap();
+        assert_eq!(
+            book.get("v").unwrap().models["m"].input.to_string(),
+            "0.1234567891"
+        );
+    }
+
+    #[test]
+    fn bad_decimal_names_file_and_field() {
+        let e = single_error(&snapshot_json(
+            "v",
+            r#""glm-5": {"input": "cheap", "output": "1"}"#,
+        ));
+        assert_eq!(e.field, "models.glm-5.input");
+        assert!(
+            e.to_string()
+                .contains("bad.json: models.glm-5.input: \"cheap\" is not a decimal"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn negative_price_is_an_error() {
+        let e = single_error(&snapshot_json(
+            "v",
+            r#""m": {"input": "-0.1", "output": "1"}"#,
+        ));
+        assert_eq!(e.field, "models.m.input");
+        assert!(e.problem.contains("negative"));
+    }
+
+    #[test]
+    fn too_many_decimal_places_is_an_error() {
+        let e = single_error(&snapshot_json(
+            "v",
+            r#""m": {"input": "0.12345678901", "output": "1"}"#,
+        ));
+        assert_eq!(e.field, "models.m.input");
+        let e = single_error(&snapshot_json("v", "").replace(r#""vip": 1"#, r#""vip": "1.005""#));
+        assert_eq!(e.field, "group_ratio.vip");
+    }
+
+    #[test]
+    fn missing_field_is_an_error() {
+        let e = single_error(&snapshot_json("v", r#""m": {"input": "1"}"#));
+        assert_eq!(
+            (e.field.as_str(), e.problem.as_str()),
+            ("models.m.output", "missing")
+        );
+        let e = single_error(&snapshot_json("v", "").replace(r#""pricing_version": "v","#, ""));
+        assert_eq!(e.field, "pricing_version");
+    }
+
+    #[test]
+    fn other_currency_or_unit_is_an_error() {
+        assert_eq!(
+            single_error(&snapshot_json("v", "").replace("USD", "EUR")).field,
+            "currency"
+        );
+        assert_eq!(
+            single_error(&snapshot_json("v", "").replace("per_million_tokens", "per_token")).field,
+            "unit"
+        );
+    }
+
+    #[test]
+    fn malformed_json_is_an_error() {
+        assert!(single_error("{").problem.starts_with("not valid JSON"));
+    }
+
+    #[test]
+    fn two_files_claiming_one_version_with_different_content() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "a.json",
+            &snapshot_json("v", r#""m": {"input": "1", "output": "1"}"#),
+        );
+        write(
+            dir.path(),
+            "b.json",
+            &snapshot_json("v", r#""m": {"input": "2", "output": "1"}"#),
+        );
+        let errors = PricingBook::load_dir(dir.path()).unwrap_err().0;
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].path.ends_with("b.json"));
+        assert!(errors[0].problem.contains("a.json"));
+    }
+
+    #[test]
+    fn identical_copies_of_one_version_are_fine() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = snapshot_json("v", r#""m": {"input": "1", "output": "1"}"#);
+        write(dir.path(), "a.json", &body);
+        write(dir.path(), "b.json", &body);
+        assert_eq!(PricingBook::load_dir(dir.path()).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn every_bad_file_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.json", "{");
+        write(dir.path(), "b.json", "[]");
+        write(dir.path(), "notes.txt", "ignored");
+        assert_eq!(PricingBook::load_dir(dir.path()).unwrap_err().0.len(), 2);
+    }
+}

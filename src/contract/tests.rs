@@ -1,0 +1,313 @@
+use std::str::FromStr;
+
+use opentelemetry_proto::tonic::common::v1::ArrayValue;
+use opentelemetry_proto::tonic::trace::v1::Status;
+
+use super::*;
+
+fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+fn s(v: &str) -> Value {
+    Value::StringValue(v.into())
+}
+
+fn span(attributes: Vec<KeyValue>) -> Span {
+    Span {
+        trace_id: vec![1; 16],
+        span_id: vec![2; 8],
+        parent_span_id: vec![3; 8],
+        attributes,
+        ..Default::default()
+    }
+}
+
+fn facts(attributes: Vec<KeyValue>) -> SpanFacts {
+    SpanFacts::from_span(&span(attributes), &Arc::from("svc"))
+}
+
+#[test]
+fn current_genai_names_are_read() {
+    let f = facts(vec![
+        kv(attr::SPAN_ROLE, s("attempt")),
+        kv(attr::REQUEST_MODEL, s("glm-5")),
+        kv(attr::RESPONSE_MODEL, s("glm-5-0801")),
+        kv(attr::PROVIDER_NAME, s("aiwave")),
+        kv(attr::INPUT_TOKENS, Value::IntValue(100)),
+        kv(attr::CACHE_READ_INPUT_TOKENS, Value::IntValue(40)),
+        kv(attr::OUTPUT_TOKENS, Value::IntValue(7)),
+        kv(attr::REQUEST_MAX_TOKENS, Value::IntValue(800)),
+    ]);
+    assert_eq!(f.kind, SpanKind::Attempt);
+    assert_eq!(f.request_model.as_deref(), Some("glm-5"));
+    assert_eq!(f.response_model.as_deref(), Some("glm-5-0801"));
+    assert_eq!(f.provider.as_deref(), Some("aiwave"));
+    assert_eq!(
+        (
+            f.input_tokens,
+            f.cached_input_tokens,
+            f.output_tokens,
+            f.output_cap
+        ),
+        (
+            Count::Value(100),
+            Count::Value(40),
+            Count::Value(7),
+            Count::Value(800)
+        )
+    );
+}
+
+#[test]
+fn legacy_genai_names_fill_in_only_what_is_missing() {
+    let f = facts(vec![
+        kv(attr::REQUEST_MODEL, s("glm-5")),
+        kv(attr::LEGACY_SYSTEM, s("openai")),
+        kv(attr::LEGACY_PROMPT_TOKENS, Value::IntValue(100)),
+        kv(attr::LEGACY_CACHE_READ_INPUT_TOKENS, Value::IntValue(10)),
+        kv(attr::LEGACY_COMPLETION_TOKENS, Value::IntValue(5)),
+        kv(attr::OUTPUT_TOKENS, Value::IntValue(6)),
+    ]);
+    assert_eq!(f.provider.as_deref(), Some("openai"));
+    assert_eq!(f.input_tokens, Count::Value(100));
+    assert_eq!(f.cached_input_tokens, Count::Value(10));
+    assert_eq!(
+        f.output_tokens,
+        Count::Value(6),
+        "the current name wins over the legacy one"
+    );
+}
+
+#[test]
+fn flat_envelope_attributes_are_read() {
+    let f = facts(vec![
+        kv(attr::PRICING_SOURCE, s("https://aiwave.live/api/pricing")),
+        kv(attr::PRICING_CHECKED_AT, s("2026-08-22T18:30:00-08:00")),
+        kv(attr::PRICING_VERSION, s("v1")),
+        kv(attr::BILLING_GROUP, s("vip")),
+        kv(attr::MAX_INCREMENTAL_USD, Value::DoubleValue(0.015)),
+        kv(attr::MAX_ATTEMPTS_AFTER_FIRST, Value::IntValue(1)),
+        kv(attr::ALLOW_FAMILY_FALLBACK, Value::BoolValue(true)),
+        kv(
+            attr::ALLOWED_FALLBACK_FAMILIES,
+            Value::ArrayValue(ArrayValue {
+                values: vec![AnyValue {
+                    value: Some(s("qwen")),
+                }],
+            }),
+        ),
+        kv(attr::REPLAY_SAFE, Value::BoolValue(false)),
+        kv(attr::TASK_TYPE, s("code_patch")),
+    ]);
+    let e = &f.envelope;
+    assert!(e.present);
+    // An RFC 3339 timestamp counts by its UTC date.
+    assert_eq!(e.pricing_checked_at, NaiveDate::from_ymd_opt(2026, 8, 23));
+    assert_eq!(e.max_incremental_usd, Some(d("0.015")));
+    assert_eq!(e.max_incremental_usd.unwrap().to_string(), "0.015");
+    assert_eq!(e.max_attempts_after_first, Some(1));
+    assert_eq!(e.allow_family_fallback, Some(true));
+    assert_eq!(e.allowed_fallback_families, Some(vec!["qwen".to_owned()]));
+    assert_eq!(e.replay_safe, Some(false));
+    assert_eq!(e.task_type.as_deref(), Some("code_patch"));
+    assert_eq!(
+        f.kind,
+        SpanKind::Passthrough,
+        "an envelope alone does not make a GenAI span"
+    );
+}
+
+#[test]
+fn task_type_alone_is_not_an_envelope() {
+    assert!(!facts(vec![kv(attr::TASK_TYPE, s("x"))]).envelope.present);
+}
+
+#[test]
+fn money_as_double_int_or_decimal_string() {
+    let read = |v: Value| {
+        facts(vec![kv(attr::MAX_INCREMENTAL_USD, v)])
+            .envelope
+            .max_incremental_usd
+    };
+    assert_eq!(read(Value::DoubleValue(0.015)), Some(d("0.015")));
+    assert_eq!(read(s("0.0150")), Some(d("0.015")));
+    assert_eq!(read(s("1.5e-2")), Some(d("0.015")));
+    assert_eq!(read(Value::IntValue(2)), Some(d("2")));
+    assert_eq!(
+        read(Value::DoubleValue(0.1 + 0.2)),
+        Some(d("0.30000000000000004"))
+    );
+    assert_eq!(
+        read(s("0.1234567890123456785")),
+        Some(d("0.123456789012345678")),
+        "half-even"
+    );
+    assert_eq!(read(Value::DoubleValue(f64::NAN)), None);
+    assert_eq!(read(Value::DoubleValue(f64::INFINITY)), None);
+    assert_eq!(read(Value::DoubleValue(1e300)), None);
+    assert_eq!(read(s("lots")), None);
+    assert_eq!(read(Value::BoolValue(true)), None);
+}
+
+#[test]
+fn counts_accept_integral_doubles_and_strings_only() {
+    let read = |v: Value| facts(vec![kv(attr::INPUT_TOKENS, v)]).input_tokens;
+    assert_eq!(read(Value::DoubleValue(1000.0)), Count::Value(1000));
+    assert_eq!(read(s("1000")), Count::Value(1000));
+    assert_eq!(read(Value::DoubleValue(10.5)), Count::Missing);
+    assert_eq!(read(Value::DoubleValue(f64::NAN)), Count::Missing);
+    assert_eq!(read(Value::DoubleValue(1e25)), Count::OutOfRange);
+    assert_eq!(read(Value::IntValue(-3)), Count::Value(-3));
+    assert!(read(Value::IntValue(-3)).is_invalid_usage());
+    assert_eq!(read(Value::BytesValue(vec![1, 2])), Count::Missing);
+}
+
+#[test]
+fn booleans_and_arrays_only_in_native_form() {
+    let f = facts(vec![
+        kv(attr::REPLAY_SAFE, s("true")),
+        kv(attr::ALLOWED_FALLBACK_FAMILIES, s("qwen,glm")),
+    ]);
+    assert_eq!(f.envelope.replay_safe, None);
+    assert_eq!(f.envelope.allowed_fallback_families, None);
+    assert!(
+        f.envelope.present,
+        "a wrongly typed envelope attribute still makes one present"
+    );
+}
+
+#[test]
+fn json_envelope_as_in_the_seed() {
+    let json = r#"{
+      "retry_spend_envelope": {
+        "pricing_source": "https://aiwave.live/api/pricing",
+        "pricing_checked_at": "2026-08-22",
+        "pricing_version": "a42d372ccf0b5dd13ecf71203521f9d2",
+        "billing_group": "vip",
+        "max_incremental_usd": 0.015,
+        "max_attempts_after_first": 1,
+        "allow_family_fallback": true,
+        "allowed_fallback_families": ["deepseek", "qwen", "glm"]
+      }
+    }"#;
+    let f = facts(vec![kv(attr::ENVELOPE_JSON, s(json))]);
+    let e = f.envelope_json.expect("json envelope");
+    assert!(e.present && !e.json_invalid);
+    assert_eq!(e.max_incremental_usd, Some(d("0.015")));
+    assert_eq!(e.max_attempts_after_first, Some(1));
+    assert_eq!(e.billing_group.as_deref(), Some("vip"));
+    assert_eq!(e.allowed_fallback_families.map(|f| f.len()), Some(3));
+    assert!(
+        f.envelope.present == false && facts(vec![kv(attr::ENVELOPE_JSON, s(json))]).has_envelope()
+    );
+}
+
+#[test]
+fn json_envelope_inner_object_and_exact_numbers() {
+    let e = parse_envelope_json(
+        r#"{"max_incremental_usd": 0.12345678901234567891, "max_attempts_after_first": "2", "replay_safe": true}"#,
+    );
+    assert_eq!(e.max_incremental_usd, Some(d("0.123456789012345679")));
+    assert_eq!(e.max_attempts_after_first, Some(2));
+    assert_eq!(e.replay_safe, Some(true));
+}
+
+#[test]
+fn json_envelope_that_does_not_parse_is_present_but_invalid() {
+    for broken in ["{", "[1,2]", "\"x\"", r#"{"retry_spend_envelope": 5}"#] {
+        let e = parse_envelope_json(broken);
+        assert!(e.present && e.json_invalid, "{broken}");
+    }
+}
+
+#[test]
+fn roles_decide_the_span_kind() {
+    let kind = |attrs| facts(attrs).kind;
+    assert_eq!(
+        kind(vec![
+            kv(attr::SPAN_ROLE, s("logical_request")),
+            kv(attr::REQUEST_MODEL, s("m"))
+        ]),
+        SpanKind::LogicalRequest
+    );
+    assert_eq!(
+        kind(vec![kv(attr::ATTEMPT_INDEX, Value::IntValue(1))]),
+        SpanKind::Attempt
+    );
+    assert_eq!(
+        kind(vec![
+            kv(attr::REQUEST_MODEL, s("m")),
+            kv(attr::REQUEST_ID, s("r"))
+        ]),
+        SpanKind::Attempt
+    );
+    assert_eq!(
+        kind(vec![kv(attr::REQUEST_MODEL, s("m"))]),
+        SpanKind::SingleAttempt
+    );
+    assert_eq!(
+        kind(vec![kv("http.method", s("GET"))]),
+        SpanKind::Passthrough
+    );
+}
+
+#[test]
+fn bad_index_and_count_values_are_missing_not_panics() {
+    for bad in [
+        Value::IntValue(-1),
+        Value::IntValue(i64::MAX),
+        s("first"),
+        Value::DoubleValue(0.5),
+    ] {
+        let f = facts(vec![
+            kv(attr::ATTEMPT_INDEX, bad.clone()),
+            kv(attr::ATTEMPT_COUNT, bad),
+        ]);
+        assert_eq!(f.attempt_index, None);
+        assert_eq!(f.attempt_count, None);
+        assert_eq!(f.kind, SpanKind::Attempt);
+    }
+}
+
+#[test]
+fn error_status_without_error_type_is_other() {
+    let mut sp = span(vec![kv(attr::REQUEST_MODEL, s("m"))]);
+    sp.status = Some(Status {
+        code: StatusCode::Error as i32,
+        message: "boom".into(),
+    });
+    assert_eq!(
+        SpanFacts::from_span(&sp, &Arc::from("svc"))
+            .error_type
+            .as_deref(),
+        Some("_OTHER")
+    );
+    sp.attributes.push(kv(attr::ERROR_TYPE, s("timeout")));
+    assert_eq!(
+        SpanFacts::from_span(&sp, &Arc::from("svc"))
+            .error_type
+            .as_deref(),
+        Some("timeout")
+    );
+}
+
+#[test]
+fn ids_of_the_wrong_length_do_not_panic() {
+    let mut sp = span(vec![kv(attr::REQUEST_MODEL, s("m"))]);
+    sp.trace_id = vec![1, 2, 3];
+    sp.span_id = vec![];
+    sp.parent_span_id = vec![9; 20];
+    let f = SpanFacts::from_span(&sp, &Arc::from("svc"));
+    assert_eq!(f.trace_id, [0; 16]);
+    assert_eq!(f.parent_span_id, None);
+}
+
+#[test]
+fn service_name_defaults_to_unknown_service() {
+    assert_eq!(&*service_name(&[]), "unknown_service");
+    assert_eq!(
+        &*service_name(&[kv(attr::SERVICE_NAME, s("billing"))]),
+        "billing"
+    );
+}
