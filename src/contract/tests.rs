@@ -198,9 +198,7 @@ fn json_envelope_as_in_the_seed() {
     assert_eq!(e.max_attempts_after_first, Some(1));
     assert_eq!(e.billing_group.as_deref(), Some("vip"));
     assert_eq!(e.allowed_fallback_families.map(|f| f.len()), Some(3));
-    assert!(
-        f.envelope.present == false && facts(vec![kv(attr::ENVELOPE_JSON, s(json))]).has_envelope()
-    );
+    assert!(!f.envelope.present && facts(vec![kv(attr::ENVELOPE_JSON, s(json))]).has_envelope());
 }
 
 #[test]
