@@ -1,1 +1,0 @@
-//! Parquet sink (SPEC §5).

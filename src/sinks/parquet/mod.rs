@@ -1,0 +1,43 @@
+//! Parquet sink (SPEC §5): one row per attempt in the `attempts` table, partitioned by the UTC
+//! date of the span start.
+//!
+//! [`schema`] names the columns, [`rows_to_batch`] turns rows into Arrow, and [`ParquetSink`]
+//! owns the files: written under a hidden temporary name and renamed only once complete, so a
+//! reader listing a partition never sees a half file.
+
+mod batch;
+pub mod schema;
+mod sink;
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use batch::{decimal_to_scaled_i128, rows_to_batch};
+pub use sink::{ParquetSink, SinkOptions, SinkStats, TABLE_DIR};
+
+/// Everything that can go wrong writing the `attempts` table. Each I/O case names the path, so
+/// the operator knows which directory or disk to look at.
+#[derive(Debug, thiserror::Error)]
+pub enum ParquetSinkError {
+    #[error("invalid parquet sink options: {0}")]
+    InvalidOptions(&'static str),
+    #[error("cannot create {}: {source}", path.display())]
+    Create { path: PathBuf, source: io::Error },
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: parquet::errors::ParquetError,
+    },
+    #[error("cannot sync {}: {source}", path.display())]
+    Sync { path: PathBuf, source: io::Error },
+    #[error("cannot rename {} to {}: {source}", from.display(), to.display())]
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        source: io::Error,
+    },
+    #[error("cannot build an attempts batch: {0}")]
+    Batch(#[from] arrow_schema::ArrowError),
+}

@@ -1,0 +1,469 @@
+//! The file side of the sink: one open Parquet file per partition date, rotated by rows, bytes
+//! and age, and published by an atomic rename once its footer is on disk.
+
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use arrow_array::RecordBatch;
+use chrono::NaiveDate;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
+
+use super::batch::batch_from_refs;
+use super::schema::{attempts_schema, HIGH_CARDINALITY_COLUMNS};
+use super::ParquetSinkError;
+use crate::record::AttemptRow;
+
+/// The table's directory under the output directory.
+pub const TABLE_DIR: &str = "attempts";
+
+/// Prefix of the hive partition directory name; the date follows as `YYYY-MM-DD`.
+const PARTITION_PREFIX: &str = "date=";
+
+/// Extension of completed files; the temporary name is `.<name>.tmp`, which query engines skip
+/// because it starts with a dot.
+const PARQUET_EXTENSION: &str = "parquet";
+
+/// How many names to try when a generated file name is already taken (only possible when a
+/// restart reuses a pid and the clock went backwards).
+const NAME_ATTEMPTS: u32 = 64;
+
+/// When a file is complete. Whichever bound is reached first wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkOptions {
+    /// Rows per file; a file is completed as soon as it holds this many.
+    pub max_rows_per_file: usize,
+    /// Approximate bytes per file, judged by the writer's estimate of what it has encoded so far.
+    pub max_bytes_per_file: u64,
+    /// How long a file may stay open, so quiet partitions still reach finance promptly. Enforced
+    /// by [`ParquetSink::rotate_expired`].
+    pub max_file_age: Duration,
+    /// Rows per row group: the unit a reader skips by statistics and the writer holds in memory.
+    pub row_group_rows: usize,
+}
+
+impl Default for SinkOptions {
+    fn default() -> Self {
+        Self {
+            max_rows_per_file: 262_144,
+            max_bytes_per_file: 128 * 1024 * 1024,
+            max_file_age: Duration::from_secs(60),
+            row_group_rows: 65_536,
+        }
+    }
+}
+
+impl SinkOptions {
+    /// Rejects bounds that would make every write complete a file, or make the writer panic.
+    pub fn validate(&self) -> Result<(), ParquetSinkError> {
+        if self.max_rows_per_file == 0 {
+            return Err(ParquetSinkError::InvalidOptions(
+                "max_rows_per_file must be at least 1",
+            ));
+        }
+        if self.max_bytes_per_file == 0 {
+            return Err(ParquetSinkError::InvalidOptions(
+                "max_bytes_per_file must be at least 1",
+            ));
+        }
+        if self.row_group_rows == 0 {
+            return Err(ParquetSinkError::InvalidOptions(
+                "row_group_rows must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Counters for the metrics layer. Rows count as written only once their file is renamed into
+/// place: that is the moment finance can read them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkStats {
+    /// Rows in completed files.
+    pub rows_written: u64,
+    /// Files renamed into place.
+    pub files_completed: u64,
+    /// Rows accepted into files that are still open.
+    pub rows_open: u64,
+    /// Rows in files abandoned after a write, sync or rename error.
+    pub rows_lost: u64,
+}
+
+/// Writes attempt rows to `<output_dir>/attempts/date=YYYY-MM-DD/part-….parquet`.
+///
+/// Delivery is at least once from the caller's side: rows count as durable only once the file
+/// holding them is completed (see the paths returned by each method). Dropping the sink without
+/// [`close`](Self::close) removes the open temporary files; nothing half-written becomes visible.
+pub struct ParquetSink {
+    table_dir: PathBuf,
+    options: SinkOptions,
+    properties: WriterProperties,
+    open: BTreeMap<NaiveDate, OpenFile>,
+    stats: SinkStats,
+}
+
+struct OpenFile {
+    temp_path: PathBuf,
+    final_path: PathBuf,
+    writer: ArrowWriter<File>,
+    rows: usize,
+    opened_at: Instant,
+}
+
+impl OpenFile {
+    fn estimated_bytes(&self) -> u64 {
+        let bytes = self.writer.bytes_written() + self.writer.in_progress_size();
+        u64::try_from(bytes).unwrap_or(u64::MAX)
+    }
+}
+
+impl ParquetSink {
+    /// Prepares `<output_dir>/attempts`, creating it if needed. No file is opened until rows
+    /// arrive.
+    pub fn new(
+        output_dir: impl Into<PathBuf>,
+        options: SinkOptions,
+    ) -> Result<Self, ParquetSinkError> {
+        options.validate()?;
+        let table_dir = output_dir.into().join(TABLE_DIR);
+        create_dir(&table_dir)?;
+        Ok(Self {
+            properties: writer_properties(&options),
+            table_dir,
+            options,
+            open: BTreeMap::new(),
+            stats: SinkStats::default(),
+        })
+    }
+
+    /// The `attempts` directory the partitions live in.
+    pub fn table_dir(&self) -> &Path {
+        &self.table_dir
+    }
+
+    pub fn stats(&self) -> SinkStats {
+        self.stats
+    }
+
+    /// Number of files currently open (at most one per partition date).
+    pub fn open_files(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Appends `rows` to the open file of each row's partition date, completing files that
+    /// reach the row or byte bound. Returns the files completed by this call.
+    ///
+    /// Rows of one date are written in their input order. On an I/O error the affected file is
+    /// abandoned (its rows are counted in [`SinkStats::rows_lost`]) and the error returned;
+    /// partitions written before it keep their rows.
+    pub fn write(&mut self, rows: &[AttemptRow]) -> Result<Vec<PathBuf>, ParquetSinkError> {
+        let mut by_date: BTreeMap<NaiveDate, Vec<&AttemptRow>> = BTreeMap::new();
+        for row in rows {
+            by_date.entry(row.partition_date()).or_default().push(row);
+        }
+        // Build every batch before touching a file, so a bad batch leaves no partition half fed.
+        let batches = by_date
+            .into_iter()
+            .map(|(date, rows)| Ok((date, batch_from_refs(&rows)?)))
+            .collect::<Result<Vec<_>, ParquetSinkError>>()?;
+
+        let mut completed = Vec::new();
+        for (date, batch) in batches {
+            self.append(date, &batch, &mut completed)?;
+        }
+        Ok(completed)
+    }
+
+    /// Completes every file opened at least `max_file_age` before `now`. The caller owns the
+    /// clock, which keeps this testable and lets it run on the pipeline's own tick.
+    pub fn rotate_expired(&mut self, now: Instant) -> Result<Vec<PathBuf>, ParquetSinkError> {
+        let max_age = self.options.max_file_age;
+        let expired: Vec<NaiveDate> = self
+            .open
+            .iter()
+            .filter(|(_, file)| now.saturating_duration_since(file.opened_at) >= max_age)
+            .map(|(date, _)| *date)
+            .collect();
+        self.complete_all(expired)
+    }
+
+    /// Completes every open file. If one fails the others are still completed, and the first
+    /// error is returned.
+    pub fn flush_all(&mut self) -> Result<Vec<PathBuf>, ParquetSinkError> {
+        let dates: Vec<NaiveDate> = self.open.keys().copied().collect();
+        self.complete_all(dates)
+    }
+
+    /// Completes every open file and returns their paths; the shutdown path.
+    pub fn close(mut self) -> Result<Vec<PathBuf>, ParquetSinkError> {
+        self.flush_all()
+    }
+
+    fn append(
+        &mut self,
+        date: NaiveDate,
+        batch: &RecordBatch,
+        completed: &mut Vec<PathBuf>,
+    ) -> Result<(), ParquetSinkError> {
+        let max_rows = self.options.max_rows_per_file;
+        let max_bytes = self.options.max_bytes_per_file;
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let file = match self.open.entry(date) {
+                Entry::Occupied(entry) => entry.into_mut(),
+                Entry::Vacant(entry) => {
+                    entry.insert(create_file(&self.table_dir, &self.properties, date)?)
+                }
+            };
+            let take = (max_rows - file.rows).min(batch.num_rows() - offset);
+            let full = match file.writer.write(&batch.slice(offset, take)) {
+                Ok(()) => {
+                    file.rows += take;
+                    file.rows >= max_rows || file.estimated_bytes() >= max_bytes
+                }
+                Err(source) => {
+                    let path = file.temp_path.clone();
+                    self.abandon(date);
+                    return Err(ParquetSinkError::Write { path, source });
+                }
+            };
+            self.stats.rows_open += take as u64;
+            offset += take;
+            if full {
+                if let Some(file) = self.open.remove(&date) {
+                    completed.push(self.complete(file)?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn complete_all(&mut self, dates: Vec<NaiveDate>) -> Result<Vec<PathBuf>, ParquetSinkError> {
+        let mut completed = Vec::with_capacity(dates.len());
+        let mut first_error = None;
+        for date in dates {
+            let Some(file) = self.open.remove(&date) else {
+                continue;
+            };
+            match self.complete(file) {
+                Ok(path) => completed.push(path),
+                Err(error) => {
+                    tracing::error!(%error, "cannot complete parquet file");
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(completed),
+        }
+    }
+
+    /// Writes the footer, fsyncs, renames the file into place and fsyncs the directory, so the
+    /// file is durable before anyone is told it exists.
+    fn complete(&mut self, file: OpenFile) -> Result<PathBuf, ParquetSinkError> {
+        let rows = file.rows as u64;
+        self.stats.rows_open -= rows;
+        match publish(file) {
+            Ok(path) => {
+                self.stats.rows_written += rows;
+                self.stats.files_completed += 1;
+                Ok(path)
+            }
+            Err(error) => {
+                self.stats.rows_lost += rows;
+                Err(error)
+            }
+        }
+    }
+
+    fn abandon(&mut self, date: NaiveDate) {
+        if let Some(file) = self.open.remove(&date) {
+            let rows = file.rows as u64;
+            self.stats.rows_open -= rows;
+            self.stats.rows_lost += rows;
+            discard(file);
+        }
+    }
+}
+
+impl Drop for ParquetSink {
+    fn drop(&mut self) {
+        for (_, file) in std::mem::take(&mut self.open) {
+            tracing::warn!(
+                path = %file.temp_path.display(),
+                rows = file.rows,
+                "parquet sink dropped without close; discarding the open file"
+            );
+            discard(file);
+        }
+    }
+}
+
+fn create_file(
+    table_dir: &Path,
+    properties: &WriterProperties,
+    date: NaiveDate,
+) -> Result<OpenFile, ParquetSinkError> {
+    let dir = table_dir.join(format!("{PARTITION_PREFIX}{}", date.format("%Y-%m-%d")));
+    if !dir.is_dir() {
+        create_dir(&dir)?;
+        // The new partition's entry in the table directory must survive a crash too.
+        sync_dir(table_dir)?;
+    }
+
+    let mut last_error = None;
+    for _ in 0..NAME_ATTEMPTS {
+        let name = unique_file_name();
+        let final_path = dir.join(&name);
+        let temp_path = dir.join(format!(".{name}.tmp"));
+        if final_path.exists() {
+            continue;
+        }
+        let file = match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp_path)
+        {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                last_error = Some(error);
+                continue;
+            }
+            Err(source) => {
+                return Err(ParquetSinkError::Create {
+                    path: temp_path,
+                    source,
+                })
+            }
+        };
+        let writer = ArrowWriter::try_new(file, attempts_schema(), Some(properties.clone()))
+            .map_err(|source| ParquetSinkError::Write {
+                path: temp_path.clone(),
+                source,
+            })?;
+        return Ok(OpenFile {
+            temp_path,
+            final_path,
+            writer,
+            rows: 0,
+            opened_at: Instant::now(),
+        });
+    }
+    Err(ParquetSinkError::Create {
+        path: dir,
+        source: last_error
+            .unwrap_or_else(|| io::Error::new(io::ErrorKind::AlreadyExists, "no free file name")),
+    })
+}
+
+fn publish(file: OpenFile) -> Result<PathBuf, ParquetSinkError> {
+    let OpenFile {
+        temp_path,
+        final_path,
+        writer,
+        ..
+    } = file;
+    let result = (|| {
+        let handle = writer
+            .into_inner()
+            .map_err(|source| ParquetSinkError::Write {
+                path: temp_path.clone(),
+                source,
+            })?;
+        handle.sync_all().map_err(|source| ParquetSinkError::Sync {
+            path: temp_path.clone(),
+            source,
+        })?;
+        drop(handle);
+        fs::rename(&temp_path, &final_path).map_err(|source| ParquetSinkError::Rename {
+            from: temp_path.clone(),
+            to: final_path.clone(),
+            source,
+        })
+    })();
+    if let Err(error) = result {
+        remove_temp(&temp_path);
+        return Err(error);
+    }
+    if let Some(dir) = final_path.parent() {
+        sync_dir(dir)?;
+    }
+    Ok(final_path)
+}
+
+fn discard(file: OpenFile) {
+    let OpenFile {
+        temp_path, writer, ..
+    } = file;
+    drop(writer);
+    remove_temp(&temp_path);
+}
+
+fn remove_temp(path: &Path) {
+    if let Err(error) = fs::remove_file(path) {
+        if error.kind() != io::ErrorKind::NotFound {
+            tracing::warn!(path = %path.display(), %error, "cannot remove temporary parquet file");
+        }
+    }
+}
+
+fn create_dir(path: &Path) -> Result<(), ParquetSinkError> {
+    fs::create_dir_all(path).map_err(|source| ParquetSinkError::Create {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// A rename is only durable once the directory holding the new entry is synced.
+#[cfg(unix)]
+fn sync_dir(path: &Path) -> Result<(), ParquetSinkError> {
+    File::open(path)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|source| ParquetSinkError::Sync {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+#[cfg(not(unix))]
+fn sync_dir(_path: &Path) -> Result<(), ParquetSinkError> {
+    Ok(())
+}
+
+/// `part-<unix ms>-<pid>-<sequence>.parquet`: the pid separates concurrent processes, the
+/// milliseconds separate restarts, and the process-wide sequence separates files (and sinks)
+/// within one process.
+fn unique_file_name() -> String {
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    let unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis())
+        .unwrap_or_default();
+    format!(
+        "part-{unix_ms}-{}-{sequence:06}.{PARQUET_EXTENSION}",
+        process::id()
+    )
+}
+
+fn writer_properties(options: &SinkOptions) -> WriterProperties {
+    // Dictionary encoding is on by default, which suits the low-cardinality columns (models,
+    // decision, spend_class, billing_group…); ids are unique per row, so it is switched off there.
+    let mut builder = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_dictionary_enabled(true)
+        .set_max_row_group_row_count(Some(options.row_group_rows));
+    for column in HIGH_CARDINALITY_COLUMNS {
+        builder = builder.set_column_dictionary_enabled(ColumnPath::from(*column), false);
+    }
+    builder.build()
+}
