@@ -2,7 +2,9 @@
 
 pub mod assemble;
 pub mod contract;
+pub mod pipeline;
 pub mod pricing;
 pub mod record;
+pub mod replay;
 pub mod rules;
 pub mod sinks;

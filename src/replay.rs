@@ -1,0 +1,166 @@
+//! `replay`: OTLP JSON lines (the OpenTelemetry Collector file exporter's format) → Parquet.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use rust_decimal::Decimal;
+
+use crate::assemble::Grouper;
+use crate::pipeline::{ingest, Engine, IngestStats};
+use crate::record::{AttemptRow, Decision, SpendClass};
+use crate::sinks::parquet::{ParquetSink, ParquetSinkError, SinkOptions};
+
+/// A line that could not be read, reported as `FILE:LINE: reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadLine {
+    pub file: String,
+    pub line: usize,
+    pub reason: String,
+}
+
+impl fmt::Display for BadLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.reason)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("cannot read {file}: {source}")]
+    Read {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Sink(#[from] ParquetSinkError),
+}
+
+/// What a replay did, for the summary it prints.
+#[derive(Debug, Default)]
+pub struct ReplaySummary {
+    pub lines: usize,
+    pub ingest: IngestStats,
+    pub requests: usize,
+    pub rows: usize,
+    pub rows_by_decision: BTreeMap<Decision, usize>,
+    pub incremental_usd_by_spend_class: BTreeMap<SpendClass, Decimal>,
+    pub unaudited: usize,
+    pub files_written: Vec<PathBuf>,
+    pub bad_lines: Vec<BadLine>,
+}
+
+impl ReplaySummary {
+    fn count(&mut self, row: &AttemptRow) {
+        self.rows += 1;
+        *self.rows_by_decision.entry(row.decision).or_default() += 1;
+        if !row.audited {
+            self.unaudited += 1;
+        }
+        if row.attempt_index > 0 {
+            if let Some(usd) = row.estimated_incremental_usd {
+                let total = self
+                    .incremental_usd_by_spend_class
+                    .entry(row.spend_class)
+                    .or_default();
+                *total = total.checked_add(usd).unwrap_or(*total);
+            }
+        }
+    }
+}
+
+impl fmt::Display for ReplaySummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "read {} lines: {} spans ({} attempts, {} logical requests, {} duplicates, {} other)",
+            self.lines,
+            self.ingest.spans,
+            self.ingest.attempts,
+            self.ingest.logical,
+            self.ingest.duplicates,
+            self.ingest.passthrough
+        )?;
+        writeln!(
+            f,
+            "evaluated {} requests into {} rows",
+            self.requests, self.rows
+        )?;
+        writeln!(f, "rows by decision:")?;
+        for (decision, n) in &self.rows_by_decision {
+            writeln!(f, "  {:<16} {n}", decision.as_str())?;
+        }
+        writeln!(f, "incremental USD by spend class (retries and fallbacks):")?;
+        for (class, usd) in &self.incremental_usd_by_spend_class {
+            writeln!(f, "  {:<16} {}", class.as_str(), usd.normalize())?;
+        }
+        writeln!(f, "unaudited rows: {}", self.unaudited)?;
+        for file in &self.files_written {
+            writeln!(f, "wrote {}", file.display())?;
+        }
+        if !self.bad_lines.is_empty() {
+            writeln!(f, "skipped {} malformed lines", self.bad_lines.len())?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads every input (`-` is stdin), groups across all of them, evaluates and writes Parquet.
+/// Malformed lines are collected in the summary (and passed to `on_bad_line` as they are found);
+/// the rest is processed.
+pub fn replay(
+    inputs: &[PathBuf],
+    engine: &Engine,
+    output_dir: &Path,
+    sink_options: SinkOptions,
+    mut on_bad_line: impl FnMut(&BadLine),
+) -> Result<ReplaySummary, ReplayError> {
+    let mut summary = ReplaySummary::default();
+    let mut grouper = Grouper::default();
+
+    for input in inputs {
+        let name = input.display().to_string();
+        let read_err = |source| ReplayError::Read {
+            file: name.clone(),
+            source,
+        };
+        let reader: Box<dyn BufRead> = if input.as_os_str() == "-" {
+            Box::new(std::io::stdin().lock())
+        } else {
+            Box::new(BufReader::new(
+                std::fs::File::open(input).map_err(read_err)?,
+            ))
+        };
+        for (number, line) in reader.lines().enumerate() {
+            let line = line.map_err(read_err)?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            summary.lines += 1;
+            match serde_json::from_str::<ExportTraceServiceRequest>(&line) {
+                Ok(request) => summary.ingest.add(ingest(&mut grouper, &request, |_| {})),
+                Err(e) => {
+                    let bad = BadLine {
+                        file: name.clone(),
+                        line: number + 1,
+                        reason: e.to_string(),
+                    };
+                    on_bad_line(&bad);
+                    summary.bad_lines.push(bad);
+                }
+            }
+        }
+    }
+
+    let mut sink = ParquetSink::new(output_dir, sink_options)?;
+    for request in grouper.drain_all() {
+        summary.requests += 1;
+        let rows = engine.evaluate(&request);
+        rows.iter().for_each(|row| summary.count(row));
+        summary.files_written.extend(sink.write(&rows)?);
+    }
+    summary.files_written.extend(sink.close()?);
+    Ok(summary)
+}
