@@ -268,7 +268,8 @@ impl ParquetSink {
     }
 
     /// Writes the footer, fsyncs, renames the file into place and fsyncs the directory, so the
-    /// file is durable before anyone is told it exists.
+    /// file is durable before anyone is told it exists. A failed directory sync still returns the
+    /// error, but the file is already visible and counts as written.
     fn complete(&mut self, file: OpenFile) -> Result<PathBuf, ParquetSinkError> {
         let rows = file.rows as u64;
         self.stats.rows_open -= rows;
@@ -278,7 +279,12 @@ impl ParquetSink {
                 self.stats.files_completed += 1;
                 Ok(path)
             }
-            Err(error) => {
+            Err(PublishError::Visible(error)) => {
+                self.stats.rows_written += rows;
+                self.stats.files_completed += 1;
+                Err(error)
+            }
+            Err(PublishError::Hidden(error)) => {
                 self.stats.rows_lost += rows;
                 Err(error)
             }
@@ -365,39 +371,51 @@ fn create_file(
     })
 }
 
-fn publish(file: OpenFile) -> Result<PathBuf, ParquetSinkError> {
+/// How far [`publish`] got before an error: once the rename is done the file is visible and
+/// complete, and its rows must not be reported as lost.
+enum PublishError {
+    Hidden(ParquetSinkError),
+    Visible(ParquetSinkError),
+}
+
+fn publish(file: OpenFile) -> Result<PathBuf, PublishError> {
     let OpenFile {
         temp_path,
         final_path,
         writer,
         ..
     } = file;
-    let result = (|| {
-        let handle = writer
-            .into_inner()
-            .map_err(|source| ParquetSinkError::Write {
-                path: temp_path.clone(),
-                source,
-            })?;
-        handle.sync_all().map_err(|source| ParquetSinkError::Sync {
-            path: temp_path.clone(),
-            source,
-        })?;
-        drop(handle);
-        fs::rename(&temp_path, &final_path).map_err(|source| ParquetSinkError::Rename {
-            from: temp_path.clone(),
-            to: final_path.clone(),
-            source,
-        })
-    })();
-    if let Err(error) = result {
+    if let Err(error) = finish_temp(writer, &temp_path, &final_path) {
         remove_temp(&temp_path);
-        return Err(error);
+        return Err(PublishError::Hidden(error));
     }
     if let Some(dir) = final_path.parent() {
-        sync_dir(dir)?;
+        sync_dir(dir).map_err(PublishError::Visible)?;
     }
     Ok(final_path)
+}
+
+fn finish_temp(
+    writer: ArrowWriter<File>,
+    temp_path: &Path,
+    final_path: &Path,
+) -> Result<(), ParquetSinkError> {
+    let handle = writer
+        .into_inner()
+        .map_err(|source| ParquetSinkError::Write {
+            path: temp_path.to_path_buf(),
+            source,
+        })?;
+    handle.sync_all().map_err(|source| ParquetSinkError::Sync {
+        path: temp_path.to_path_buf(),
+        source,
+    })?;
+    drop(handle);
+    fs::rename(temp_path, final_path).map_err(|source| ParquetSinkError::Rename {
+        from: temp_path.to_path_buf(),
+        to: final_path.to_path_buf(),
+        source,
+    })
 }
 
 fn discard(file: OpenFile) {
