@@ -1,0 +1,134 @@
+//! Helpers shared by the integration tests: reading the `attempts` table back.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Date32Type, Decimal128Type, Int32Type, Int64Type, TimestampNanosecondType,
+};
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::{DataType, SchemaRef};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// One row as column name → rendered value ("NULL" for nulls), easy to compare and print.
+pub type Row = BTreeMap<String, String>;
+
+/// Every completed Parquet file under `<output>/attempts/`, sorted.
+pub fn parquet_files(output: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let table = output.join("attempts");
+    let Ok(partitions) = std::fs::read_dir(&table) else {
+        return files;
+    };
+    for partition in partitions.flatten() {
+        for file in std::fs::read_dir(partition.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            files.push(file.path());
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Files whose names mark them as unfinished (hidden temporaries).
+pub fn temporary_files(output: &Path) -> Vec<PathBuf> {
+    parquet_files(output)
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect()
+}
+
+/// Reads every completed file back: the schema of the first and all rows, sorted by
+/// (trace_id, span_id) so that runs can be compared whatever file order they wrote.
+pub fn read_table(output: &Path) -> (Option<SchemaRef>, Vec<Row>) {
+    let mut schema = None;
+    let mut rows = Vec::new();
+    for path in parquet_files(output) {
+        if path.extension().is_none_or(|e| e != "parquet")
+            || path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        {
+            continue;
+        }
+        let partition = path
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned());
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        for batch in reader {
+            let batch = batch.unwrap();
+            schema.get_or_insert_with(|| batch.schema());
+            for i in 0..batch.num_rows() {
+                let mut row = render_row(&batch, i);
+                row.insert("_partition".into(), partition.clone().unwrap_or_default());
+                rows.push(row);
+            }
+        }
+    }
+    rows.sort_by(|a, b| (&a["trace_id"], &a["span_id"]).cmp(&(&b["trace_id"], &b["span_id"])));
+    (schema, rows)
+}
+
+fn render_row(batch: &RecordBatch, i: usize) -> Row {
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(field, column)| (field.name().clone(), render(column.as_ref(), i)))
+        .collect()
+}
+
+fn render(column: &dyn Array, i: usize) -> String {
+    if column.is_null(i) {
+        return "NULL".into();
+    }
+    match column.data_type() {
+        DataType::Utf8 => column.as_string::<i32>().value(i).to_owned(),
+        DataType::Int32 => column.as_primitive::<Int32Type>().value(i).to_string(),
+        DataType::Int64 => column.as_primitive::<Int64Type>().value(i).to_string(),
+        DataType::Boolean => column.as_boolean().value(i).to_string(),
+        DataType::Decimal128(_, _) => column.as_primitive::<Decimal128Type>().value_as_string(i),
+        DataType::Timestamp(_, _) => column
+            .as_primitive::<TimestampNanosecondType>()
+            .value(i)
+            .to_string(),
+        DataType::Date32 => {
+            let days = column.as_primitive::<Date32Type>().value(i);
+            let date = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()
+                + chrono::Days::new(days as u64);
+            date.to_string()
+        }
+        DataType::List(_) => {
+            let list = column.as_list::<i32>().value(i);
+            let items: Vec<String> = (0..list.len()).map(|j| render(list.as_ref(), j)).collect();
+            format!("[{}]", items.join(","))
+        }
+        other => panic!("unexpected column type {other}"),
+    }
+}
+
+/// Trims a scale-18 decimal's trailing zeros: "0.002806800000000000" → "0.0028068".
+pub fn usd(rendered: &str) -> String {
+    if rendered == "NULL" || !rendered.contains('.') {
+        return rendered.to_owned();
+    }
+    rendered
+        .trim_end_matches('0')
+        .trim_end_matches('.')
+        .to_owned()
+}

@@ -1,0 +1,591 @@
+//! End to end: `replay` over OTLP JSON lines → Parquet read back with the parquet crate.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use arrow_schema::{DataType, TimeUnit};
+use common::{read_table, temporary_files, usd, Row};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
+const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
+
+fn replay(output: &Path, inputs: &[&Path]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
+        .arg("replay")
+        .arg("--pricing")
+        .arg(PRICING)
+        .arg("--output")
+        .arg(output)
+        .args(inputs)
+        .output()
+        .expect("run retry-spend-collector")
+}
+
+fn replay_ok(inputs: &[&Path]) -> (tempfile::TempDir, Vec<Row>) {
+    let out = tempfile::tempdir().unwrap();
+    let result = replay(out.path(), inputs);
+    assert!(
+        result.status.success(),
+        "replay failed: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let (_, rows) = read_table(out.path());
+    (out, rows)
+}
+
+/// (request, attempt, decision, spend class, unaudited reason, cumulative USD, violations)
+const EXPECTED: &[(&str, &str, &str, &str, &str, &str, &str)] = &[
+    (
+        "req-glm-retry",
+        "0",
+        "first_attempt",
+        "base",
+        "NULL",
+        "0",
+        "[]",
+    ),
+    (
+        "req-glm-retry",
+        "1",
+        "within_envelope",
+        "retry",
+        "NULL",
+        "0.00766626",
+        "[]",
+    ),
+    (
+        "req-pro-to-flash",
+        "0",
+        "first_attempt",
+        "base",
+        "NULL",
+        "0",
+        "[]",
+    ),
+    (
+        "req-pro-to-flash",
+        "1",
+        "within_envelope",
+        "fallback",
+        "NULL",
+        "0.0028068",
+        "[]",
+    ),
+    (
+        "req-kimi-patch",
+        "0",
+        "first_attempt",
+        "base",
+        "NULL",
+        "0",
+        "[]",
+    ),
+    (
+        "req-kimi-patch",
+        "1",
+        "within_envelope",
+        "retry",
+        "NULL",
+        "0.04035",
+        "[]",
+    ),
+    (
+        "req-kimi-patch",
+        "2",
+        "over_envelope",
+        "retry",
+        "NULL",
+        "0.0807",
+        "[over_envelope]",
+    ),
+    (
+        "req-flash-hammer",
+        "0",
+        "first_attempt",
+        "base",
+        "NULL",
+        "0",
+        "[]",
+    ),
+    (
+        "req-flash-hammer",
+        "1",
+        "within_envelope",
+        "retry",
+        "NULL",
+        "0.0031262",
+        "[]",
+    ),
+    (
+        "req-flash-hammer",
+        "2",
+        "over_attempts",
+        "retry",
+        "NULL",
+        "0.0062524",
+        "[over_attempts]",
+    ),
+    (
+        "req-stream-replay",
+        "0",
+        "first_attempt",
+        "base",
+        "NULL",
+        "0",
+        "[]",
+    ),
+    (
+        "req-stream-replay",
+        "1",
+        "replay_unsafe",
+        "retry",
+        "NULL",
+        "0.00659213",
+        "[replay_unsafe]",
+    ),
+    (
+        "req-safe-replay",
+        "0",
+        "first_attempt",
+        "base",
+        "NULL",
+        "0",
+        "[]",
+    ),
+    (
+        "req-safe-replay",
+        "1",
+        "within_envelope",
+        "retry",
+        "NULL",
+        "0.0025505",
+        "[]",
+    ),
+    (
+        "req-glm-to-kimi",
+        "0",
+        "first_attempt",
+        "base",
+        "NULL",
+        "0",
+        "[]",
+    ),
+    (
+        "req-glm-to-kimi",
+        "1",
+        "routing_drift",
+        "drift",
+        "NULL",
+        "0.0057956",
+        "[routing_drift]",
+    ),
+    (
+        "req-gateway-swap",
+        "0",
+        "first_attempt",
+        "base",
+        "NULL",
+        "0",
+        "[]",
+    ),
+    (
+        "req-gateway-swap",
+        "1",
+        "routing_drift",
+        "drift",
+        "NULL",
+        "0.0039556",
+        "[routing_drift]",
+    ),
+    (
+        "req-no-envelope",
+        "0",
+        "first_attempt",
+        "base",
+        "no_envelope",
+        "0",
+        "[]",
+    ),
+    (
+        "req-no-envelope",
+        "1",
+        "unaudited",
+        "retry",
+        "no_envelope",
+        "NULL",
+        "[]",
+    ),
+    (
+        "req-unknown-version",
+        "0",
+        "first_attempt",
+        "base",
+        "unknown_pricing_version",
+        "0",
+        "[]",
+    ),
+    (
+        "req-unknown-version",
+        "1",
+        "unaudited",
+        "retry",
+        "unknown_pricing_version",
+        "NULL",
+        "[]",
+    ),
+    (
+        "req-json-envelope",
+        "0",
+        "first_attempt",
+        "base",
+        "NULL",
+        "0",
+        "[]",
+    ),
+    (
+        "req-json-envelope",
+        "1",
+        "within_envelope",
+        "fallback",
+        "NULL",
+        "0.008167425",
+        "[]",
+    ),
+    (
+        "c49fea7425fa7f86",
+        "0",
+        "first_attempt",
+        "base",
+        "no_envelope",
+        "0",
+        "[]",
+    ),
+];
+
+#[test]
+fn example_spans_give_the_rows_the_spec_predicts() {
+    let (out, rows) = replay_ok(&[Path::new(EXAMPLE)]);
+    assert_eq!(rows.len(), EXPECTED.len());
+    for &(request, index, decision, class, reason, cumulative, violations) in EXPECTED {
+        let row = rows
+            .iter()
+            .find(|r| r["request_id"] == request && r["attempt_index"] == index)
+            .unwrap_or_else(|| panic!("no row for {request} attempt {index}"));
+        let got = (
+            row["decision"].as_str(),
+            row["spend_class"].as_str(),
+            row["unaudited_reason"].as_str(),
+            usd(&row["cumulative_incremental_usd"]),
+            row["violations"].as_str(),
+        );
+        assert_eq!(
+            got,
+            (decision, class, reason, cumulative.to_owned(), violations),
+            "{request}/{index}"
+        );
+        assert_eq!(
+            row["audited"],
+            (reason == "NULL").to_string(),
+            "{request}/{index}"
+        );
+        assert_eq!(row["_partition"], "date=2026-08-25");
+    }
+    assert!(temporary_files(out.path()).is_empty());
+}
+
+#[test]
+fn a_retry_row_carries_every_figure() {
+    let (_out, rows) = replay_ok(&[Path::new(EXAMPLE)]);
+    let row = rows
+        .iter()
+        .find(|r| r["request_id"] == "req-glm-retry" && r["attempt_index"] == "1")
+        .unwrap();
+    let expect = [
+        ("service_name", "support-bot"),
+        ("task_type", "support_summary"),
+        ("billing_group", "vip"),
+        ("provider", "aiwave"),
+        ("original_model", "glm-5"),
+        ("retry_model", "glm-5"),
+        ("response_model", "glm-5"),
+        ("original_family", "glm"),
+        ("retry_family", "glm"),
+        ("input_tokens", "10000"),
+        ("cached_input_tokens", "4000"),
+        ("output_tokens", "612"),
+        ("output_cap", "800"),
+        ("planned_attempt_usd", "0.007666260000000000"),
+        // 6000 * 0.775 + 4000 * 0.258065 + 612 * 2.48 = 7200.02 per million
+        ("actual_attempt_usd", "0.007200020000000000"),
+        ("estimated_incremental_usd", "0.007666260000000000"),
+        ("remaining_envelope_usd", "0.007333740000000000"),
+        ("max_incremental_usd", "0.015000000000000000"),
+        ("group_ratio", "1.000000000000000000"),
+        ("sdk_estimated_incremental_usd", "0.007666260000000000"),
+        ("sdk_remaining_envelope_usd", "0.007333740000000000"),
+        ("sdk_decision_reason", "retry after 429 within envelope"),
+        ("max_attempts_after_first", "1"),
+        ("pricing_version", "a42d372ccf0b5dd13ecf71203521f9d2"),
+        ("pricing_source", "https://aiwave.live/api/pricing"),
+        ("pricing_checked_at", "2026-08-22"),
+        ("error_type", "NULL"),
+        ("output_reached_client", "NULL"),
+        ("event_time", "1787659263100000000"),
+        ("end_time", "1787659265100000000"),
+        ("trace_id", "bd2567959eb54292dd4fea3a6240526a"),
+        (
+            "decision_reason",
+            "retry 1 of glm-5 brings incremental spend to 0.00766626 USD, within the 0.015 envelope (0.00733374 USD left)",
+        ),
+    ];
+    for (column, value) in expect {
+        assert_eq!(row[column], value, "{column}");
+    }
+    assert_eq!(row["pricing_digest"].len(), 64);
+    let first = rows
+        .iter()
+        .find(|r| r["request_id"] == "req-glm-retry" && r["attempt_index"] == "0")
+        .unwrap();
+    assert_eq!(first["error_type"], "rate_limited");
+    assert_eq!(first["remaining_envelope_usd"], "0.015000000000000000");
+}
+
+#[test]
+fn schema_has_the_spec_columns_and_types() {
+    let out = tempfile::tempdir().unwrap();
+    assert!(replay(out.path(), &[Path::new(EXAMPLE)]).status.success());
+    let (schema, _) = read_table(out.path());
+    let schema = schema.expect("a parquet file");
+    let utf8 = DataType::Utf8;
+    let money = DataType::Decimal128(38, 18);
+    let ts = DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
+    let mut expected: Vec<(&str, DataType)> = vec![("event_time", ts.clone()), ("end_time", ts)];
+    for c in [
+        "trace_id",
+        "span_id",
+        "request_id",
+        "service_name",
+        "task_type",
+        "billing_group",
+        "provider",
+    ] {
+        expected.push((c, utf8.clone()));
+    }
+    expected.push(("attempt_index", DataType::Int32));
+    for c in [
+        "original_model",
+        "retry_model",
+        "response_model",
+        "original_family",
+        "retry_family",
+    ] {
+        expected.push((c, utf8.clone()));
+    }
+    for c in [
+        "input_tokens",
+        "cached_input_tokens",
+        "output_tokens",
+        "output_cap",
+    ] {
+        expected.push((c, DataType::Int64));
+    }
+    for c in [
+        "planned_attempt_usd",
+        "actual_attempt_usd",
+        "estimated_incremental_usd",
+        "cumulative_incremental_usd",
+        "remaining_envelope_usd",
+        "max_incremental_usd",
+        "group_ratio",
+        "sdk_estimated_incremental_usd",
+        "sdk_remaining_envelope_usd",
+    ] {
+        expected.push((c, money.clone()));
+    }
+    expected.push(("max_attempts_after_first", DataType::Int32));
+    for c in ["pricing_version", "pricing_source", "pricing_digest"] {
+        expected.push((c, utf8.clone()));
+    }
+    expected.push(("pricing_checked_at", DataType::Date32));
+    for c in ["spend_class", "decision", "decision_reason"] {
+        expected.push((c, utf8.clone()));
+    }
+    expected.push(("audited", DataType::Boolean));
+    for c in ["unaudited_reason", "error_type", "sdk_decision_reason"] {
+        expected.push((c, utf8.clone()));
+    }
+    let got: Vec<(&str, DataType)> = schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().as_str(), f.data_type().clone()))
+        .collect();
+    assert_eq!(&got[..expected.len()], &expected[..]);
+    let violations = schema.field_with_name("violations").unwrap();
+    assert!(
+        matches!(violations.data_type(), DataType::List(item) if item.data_type() == &DataType::Utf8)
+    );
+    assert_eq!(
+        schema
+            .field_with_name("output_reached_client")
+            .unwrap()
+            .data_type(),
+        &DataType::Boolean
+    );
+    assert_eq!(schema.fields().len(), expected.len() + 2);
+}
+
+/// Every span of the example in its own export request, in a scrambled order.
+fn one_span_per_line_shuffled(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(EXAMPLE).unwrap();
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        let request: ExportTraceServiceRequest = serde_json::from_str(line).unwrap();
+        for rs in &request.resource_spans {
+            for ss in &rs.scope_spans {
+                for span in &ss.spans {
+                    let single = ExportTraceServiceRequest {
+                        resource_spans: vec![ResourceSpans {
+                            resource: rs.resource.clone(),
+                            scope_spans: vec![ScopeSpans {
+                                spans: vec![span.clone()],
+                                ..ss.clone()
+                            }],
+                            ..rs.clone()
+                        }],
+                    };
+                    lines.push(serde_json::to_string(&single).unwrap());
+                }
+            }
+        }
+    }
+    // A fixed permutation (multiplicative stride) so the test is deterministic.
+    let n = lines.len();
+    let stride = (1..n)
+        .rev()
+        .find(|s| gcd(*s, n) == 1 && *s > n / 2)
+        .unwrap_or(1);
+    let shuffled: Vec<&String> = (0..n).map(|i| &lines[(i * stride) % n]).collect();
+    let path = dir.join("shuffled.jsonl");
+    std::fs::write(
+        &path,
+        shuffled
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    )
+    .unwrap();
+    path
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+#[test]
+fn split_and_shuffled_spans_give_the_same_rows() {
+    let (_a, whole) = replay_ok(&[Path::new(EXAMPLE)]);
+    let input = tempfile::tempdir().unwrap();
+    let shuffled = one_span_per_line_shuffled(input.path());
+    let (_b, split) = replay_ok(&[&shuffled]);
+    assert_eq!(whole, split);
+}
+
+#[test]
+fn spans_resent_by_an_exporter_retry_are_counted_once() {
+    let (_a, once) = replay_ok(&[Path::new(EXAMPLE)]);
+    let (_b, twice) = replay_ok(&[Path::new(EXAMPLE), Path::new(EXAMPLE)]);
+    assert_eq!(once, twice);
+}
+
+#[test]
+fn malformed_line_is_reported_and_the_rest_processed() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(EXAMPLE).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.insert(1, "{\"resourceSpans\": [ this is not json");
+    let input = dir.path().join("broken.jsonl");
+    std::fs::write(&input, lines.join("\n")).unwrap();
+
+    let out = tempfile::tempdir().unwrap();
+    let result = replay(out.path(), &[&input]);
+    assert_eq!(result.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        stderr.contains(&format!("{}:2: ", input.display())),
+        "{stderr}"
+    );
+    let (_, rows) = read_table(out.path());
+    assert_eq!(rows.len(), EXPECTED.len());
+}
+
+#[test]
+fn stdin_is_read_with_a_dash() {
+    let out = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
+        .args(["replay", "--pricing", PRICING, "--output"])
+        .arg(out.path())
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&std::fs::read(EXAMPLE).unwrap()).unwrap();
+    }
+    let result = child.wait_with_output().unwrap();
+    assert!(result.status.success());
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        stdout.contains("evaluated 12 requests into 25 rows"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("over_envelope    1"), "{stdout}");
+    assert_eq!(read_table(out.path()).1.len(), EXPECTED.len());
+}
+
+#[test]
+fn pricing_check_lists_the_shipped_snapshot() {
+    let result = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
+        .args(["pricing", "check", PRICING])
+        .output()
+        .unwrap();
+    assert!(result.status.success());
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        stdout.contains("a42d372ccf0b5dd13ecf71203521f9d2  checked 2026-08-22"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("6 models"), "{stdout}");
+}
+
+#[test]
+fn pricing_check_fails_naming_file_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(Path::new(PRICING).join("2026-08-22-aiwave.json")).unwrap();
+    std::fs::write(
+        dir.path().join("bad.json"),
+        good.replace("\"0.775\"", "\"0.77.5\""),
+    )
+    .unwrap();
+    let result = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
+        .args(["pricing", "check"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!result.status.success());
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        stderr.contains("bad.json: models.glm-5.input: \"0.77.5\" is not a decimal"),
+        "{stderr}"
+    );
+}
