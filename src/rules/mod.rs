@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use rust_decimal::Decimal;
 
 use crate::assemble::Request;
-use crate::contract::{Count, SpanFacts};
+use crate::contract::{Count, SpanFacts, SpanId};
 use crate::pricing::{cost_usd, ModelPrice, PricingBook, Snapshot, Usage};
 use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
 
@@ -70,14 +70,22 @@ struct Priced<'a> {
     actual: Option<Decimal>,
 }
 
-/// Evaluates one request: a row per attempt, in attempt order.
+/// Evaluates one request: a row per attempt of `request.attempts`, in attempt order. Attempts
+/// in `request.evaluated` count as earlier attempts but get no row again.
 pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> Vec<AttemptRow> {
-    let mut attempts = request.attempts.clone();
+    let mut attempts: Vec<SpanFacts> = request
+        .evaluated
+        .iter()
+        .chain(&request.attempts)
+        .cloned()
+        .collect();
+    let already_written: Vec<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
     let indices = order_attempts(&mut attempts);
     let ordered = Request {
         key: request.key.clone(),
         logical: request.logical.clone(),
         attempts,
+        evaluated: Vec::new(),
     };
     let envelope = envelope::resolve(&ordered);
     let env = &envelope.fields;
@@ -257,11 +265,13 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
             violations,
             output_reached_client: span.output_reached_client,
         };
-        let decision_reason = reason::sentence(&row);
-        rows.push(AttemptRow {
-            decision_reason,
-            ..row
-        });
+        if !already_written.contains(&span.span_id) {
+            let decision_reason = reason::sentence(&row);
+            rows.push(AttemptRow {
+                decision_reason,
+                ..row
+            });
+        }
 
         if is_retry && attempt.planned.is_none() {
             earlier_retry_unpriced = true;

@@ -102,6 +102,7 @@ fn request_with(env: EnvelopeFields, attempts: Vec<SpanFacts>) -> Request {
         key,
         logical: Some(logical(env)),
         attempts,
+        evaluated: vec![],
     }
 }
 
@@ -672,4 +673,15 @@ fn decision_reason_of_within_envelope_names_the_figures() {
         rows[1].decision_reason,
         "retry 1 of glm-5 brings incremental spend to 0.00766626 USD, within the 0.015 envelope (0.00733374 USD left)"
     );
+}
+
+#[test]
+fn late_retry_is_judged_with_the_attempts_already_written() {
+    let mut late = request_with(envelope(), vec![attempt(2, "glm-5")]);
+    late.evaluated = vec![attempt(0, "glm-5"), attempt(1, "glm-5")];
+    let rows = evaluate(&late, &book(), &RulesConfig::default());
+    assert_eq!(rows.len(), 1, "only the late attempt gets a row");
+    assert_eq!(rows[0].attempt_index, 2);
+    assert_eq!(rows[0].cumulative_incremental_usd, Some(d("0.01533252")));
+    assert_eq!(rows[0].decision, Decision::OverEnvelope);
 }

@@ -1,0 +1,180 @@
+//! Time and memory bounds for `serve`: when a group is ready to evaluate.
+//!
+//! A group is ready once its logical span's `attempt_count` attempts have arrived, or when
+//! `group_wait` has passed since its latest span, or — to bound memory — when it is the oldest
+//! and the pending cap is hit. No clock is read here: callers pass `now`, which keeps this
+//! testable without sleeps.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::{GroupKey, Grouper, Offer, Request};
+use crate::contract::{SpanFacts, SpanId, TraceId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AssemblerOptions {
+    pub group_wait: Duration,
+    pub max_pending_requests: usize,
+    pub finished_cache_requests: usize,
+}
+
+impl Default for AssemblerOptions {
+    fn default() -> Self {
+        AssemblerOptions {
+            group_wait: Duration::from_secs(10),
+            max_pending_requests: 100_000,
+            finished_cache_requests: 50_000,
+        }
+    }
+}
+
+/// Requests ready for the rules, and why.
+#[derive(Debug, Default)]
+pub struct Ready {
+    pub requests: Vec<Request>,
+    /// How many of them were evaluated early because the pending cap was hit.
+    pub evicted: u64,
+}
+
+#[derive(Debug)]
+pub struct Assembler {
+    grouper: Grouper,
+    options: AssemblerOptions,
+    /// Deadline order of pending groups; the sequence number breaks ties and finds the entry.
+    deadlines: BTreeMap<(Instant, u64), GroupKey>,
+    deadline_of: HashMap<GroupKey, (Instant, u64)>,
+    /// Logical spans in arrival order, so ones whose attempts never come are let go.
+    logical_arrivals: VecDeque<(Instant, TraceId, SpanId)>,
+    sequence: u64,
+}
+
+impl Assembler {
+    pub fn new(options: AssemblerOptions) -> Assembler {
+        Assembler {
+            grouper: Grouper::with_finished_capacity(options.finished_cache_requests),
+            options,
+            deadlines: BTreeMap::new(),
+            deadline_of: HashMap::new(),
+            logical_arrivals: VecDeque::new(),
+            sequence: 0,
+        }
+    }
+
+    /// Takes one span; returns what became of it and any requests it made ready.
+    pub fn offer(&mut self, span: SpanFacts, now: Instant, ready: &mut Ready) -> Offer {
+        let logical_keys = (span.kind == crate::contract::SpanKind::LogicalRequest).then(|| {
+            (
+                Grouper::keys_for_logical(&span),
+                span.trace_id,
+                span.span_id,
+            )
+        });
+        let offer = self.grouper.offer(span);
+        match &offer {
+            Offer::Attempt(key) => {
+                let key = key.clone();
+                self.touch(&key, now);
+                self.take_if_complete(&key, ready);
+                self.enforce_cap(ready);
+            }
+            Offer::Logical => {
+                if let Some((keys, trace_id, span_id)) = logical_keys {
+                    if self.grouper.holds_logical(trace_id, span_id) {
+                        self.logical_arrivals.push_back((now, trace_id, span_id));
+                    }
+                    for key in &keys {
+                        if self.grouper.has_group(key) {
+                            self.touch(key, now);
+                            self.take_if_complete(key, ready);
+                        }
+                    }
+                }
+            }
+            Offer::Duplicate | Offer::Passthrough => {}
+        }
+        offer
+    }
+
+    /// Groups whose wait has passed; logical spans that waited as long for attempts in vain are
+    /// let go.
+    pub fn expire(&mut self, now: Instant, ready: &mut Ready) {
+        while let Some((&(deadline, seq), _)) = self.deadlines.first_key_value() {
+            if deadline > now {
+                break;
+            }
+            if let Some(key) = self.deadlines.remove(&(deadline, seq)) {
+                self.take(&key, ready);
+            }
+        }
+        while let Some(&(arrived, trace_id, span_id)) = self.logical_arrivals.front() {
+            if arrived + self.options.group_wait > now {
+                break;
+            }
+            self.logical_arrivals.pop_front();
+            let waited_for = self.grouper.keys_for_logical_ids(trace_id, span_id);
+            if !waited_for.iter().any(|k| self.grouper.has_group(k)) {
+                self.grouper.forget_logical(trace_id, span_id);
+            }
+        }
+    }
+
+    /// Every pending group, e.g. at shutdown.
+    pub fn drain_all(&mut self) -> Vec<Request> {
+        self.deadlines.clear();
+        self.deadline_of.clear();
+        self.logical_arrivals.clear();
+        self.grouper.drain_all()
+    }
+
+    pub fn pending_requests(&self) -> usize {
+        self.grouper.pending_groups()
+    }
+
+    /// The earliest time a pending group becomes ready by waiting.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines
+            .first_key_value()
+            .map(|(&(deadline, _), _)| deadline)
+    }
+
+    fn touch(&mut self, key: &GroupKey, now: Instant) {
+        if let Some(old) = self.deadline_of.remove(key) {
+            self.deadlines.remove(&old);
+        }
+        self.sequence += 1;
+        let slot = (now + self.options.group_wait, self.sequence);
+        self.deadlines.insert(slot, key.clone());
+        self.deadline_of.insert(key.clone(), slot);
+    }
+
+    fn take_if_complete(&mut self, key: &GroupKey, ready: &mut Ready) {
+        if self.grouper.is_complete(key) {
+            self.take(key, ready);
+        }
+    }
+
+    fn take(&mut self, key: &GroupKey, ready: &mut Ready) {
+        if let Some(slot) = self.deadline_of.remove(key) {
+            self.deadlines.remove(&slot);
+        }
+        if let Some(request) = self.grouper.take(key) {
+            ready.requests.push(request);
+        }
+    }
+
+    fn enforce_cap(&mut self, ready: &mut Ready) {
+        while self.grouper.pending_groups() > self.options.max_pending_requests {
+            let Some((_, key)) = self.deadlines.pop_first() else {
+                break;
+            };
+            self.deadline_of.remove(&key);
+            if let Some(request) = self.grouper.take(&key) {
+                ready.requests.push(request);
+                ready.evicted += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+use std::sync::Arc;
+
+use super::*;
+use crate::contract::{Count, EnvelopeFields, SpanKind};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn options(max_pending: usize) -> AssemblerOptions {
+    AssemblerOptions {
+        group_wait: WAIT,
+        max_pending_requests: max_pending,
+        finished_cache_requests: 100,
+    }
+}
+
+fn span(trace: u8, span_id: u8, kind: SpanKind, request: &str) -> SpanFacts {
+    SpanFacts {
+        trace_id: [trace; 16],
+        span_id: [span_id; 8],
+        parent_span_id: Some([trace; 8]),
+        service_name: Arc::from("svc"),
+        start_time_unix_nano: u64::from(span_id),
+        end_time_unix_nano: u64::from(span_id) + 1,
+        kind,
+        request_id: Some(request.into()),
+        attempt_index: (kind == SpanKind::Attempt).then_some(i32::from(span_id) - 1),
+        attempt_count: None,
+        envelope: EnvelopeFields::default(),
+        envelope_json: None,
+        request_model: Some("glm-5".into()),
+        response_model: None,
+        provider: None,
+        model_family: None,
+        input_tokens: Count::Value(1),
+        cached_input_tokens: Count::Missing,
+        output_tokens: Count::Missing,
+        output_cap: Count::Value(1),
+        output_reached_client: None,
+        error_type: None,
+        sdk_estimated_incremental_usd: None,
+        sdk_remaining_envelope_usd: None,
+        sdk_decision_reason: None,
+    }
+}
+
+fn attempt(trace: u8, n: u8) -> SpanFacts {
+    span(trace, n, SpanKind::Attempt, "r")
+}
+
+fn logical(trace: u8, count: u32) -> SpanFacts {
+    let mut l = span(trace, 100, SpanKind::LogicalRequest, "r");
+    l.attempt_count = Some(count);
+    l.parent_span_id = None;
+    l
+}
+
+#[test]
+fn group_is_ready_as_soon_as_attempt_count_attempts_arrived() {
+    let mut a = Assembler::new(options(10));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    a.offer(logical(1, 2), t, &mut ready);
+    a.offer(attempt(1, 1), t, &mut ready);
+    assert!(ready.requests.is_empty());
+    a.offer(attempt(1, 2), t, &mut ready);
+    assert_eq!(ready.requests.len(), 1);
+    assert_eq!(ready.requests[0].attempts.len(), 2);
+    assert!(ready.requests[0].logical.is_some());
+    assert_eq!(a.pending_requests(), 0);
+}
+
+#[test]
+fn logical_span_arriving_last_completes_the_group() {
+    let mut a = Assembler::new(options(10));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    a.offer(attempt(1, 1), t, &mut ready);
+    a.offer(attempt(1, 2), t, &mut ready);
+    a.offer(logical(1, 2), t, &mut ready);
+    assert_eq!(ready.requests.len(), 1);
+}
+
+#[test]
+fn group_waits_group_wait_since_its_latest_span() {
+    let mut a = Assembler::new(options(10));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    a.offer(attempt(1, 1), t, &mut ready);
+    a.offer(attempt(1, 2), t + Duration::from_secs(5), &mut ready);
+    a.expire(t + WAIT, &mut ready);
+    assert!(
+        ready.requests.is_empty(),
+        "the second span restarted the wait"
+    );
+    assert_eq!(a.next_deadline(), Some(t + Duration::from_secs(5) + WAIT));
+    a.expire(t + Duration::from_secs(5) + WAIT, &mut ready);
+    assert_eq!(ready.requests.len(), 1);
+    assert_eq!(ready.requests[0].logical, None);
+}
+
+#[test]
+fn pending_cap_evaluates_the_oldest_early() {
+    let mut a = Assembler::new(options(2));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    for trace in 1..=3u8 {
+        a.offer(
+            attempt(trace, 1),
+            t + Duration::from_secs(u64::from(trace)),
+            &mut ready,
+        );
+    }
+    assert_eq!(ready.evicted, 1);
+    assert_eq!(ready.requests.len(), 1);
+    assert_eq!(ready.requests[0].key.trace_id(), &[1; 16]);
+    assert_eq!(a.pending_requests(), 2);
+}
+
+#[test]
+fn late_retry_comes_with_the_attempts_already_evaluated() {
+    let mut a = Assembler::new(options(10));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    a.offer(logical(1, 2), t, &mut ready);
+    a.offer(attempt(1, 1), t, &mut ready);
+    a.offer(attempt(1, 2), t, &mut ready);
+    assert_eq!(ready.requests.len(), 1);
+
+    let mut late = Ready::default();
+    assert!(matches!(
+        a.offer(attempt(1, 3), t, &mut late),
+        Offer::Attempt(_)
+    ));
+    a.expire(t + WAIT, &mut late);
+    assert_eq!(late.requests.len(), 1);
+    let request = &late.requests[0];
+    assert_eq!(request.attempts.len(), 1);
+    assert_eq!(request.evaluated.len(), 2);
+    assert!(
+        request.logical.is_some(),
+        "the envelope of the finished request is kept"
+    );
+}
+
+#[test]
+fn resent_spans_are_duplicates_before_and_after_evaluation() {
+    let mut a = Assembler::new(options(10));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    a.offer(attempt(1, 1), t, &mut ready);
+    assert_eq!(a.offer(attempt(1, 1), t, &mut ready), Offer::Duplicate);
+    a.offer(logical(1, 1), t, &mut ready);
+    assert_eq!(ready.requests.len(), 1);
+    assert_eq!(a.offer(attempt(1, 1), t, &mut ready), Offer::Duplicate);
+    assert_eq!(a.offer(logical(1, 1), t, &mut ready), Offer::Duplicate);
+    a.expire(t + WAIT * 2, &mut ready);
+    assert_eq!(ready.requests.len(), 1);
+}
+
+#[test]
+fn logical_span_without_attempts_is_let_go_after_the_wait() {
+    let mut a = Assembler::new(options(10));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    a.offer(logical(1, 2), t, &mut ready);
+    a.expire(t + WAIT, &mut ready);
+    assert!(ready.requests.is_empty());
+    assert_eq!(a.grouper.pending_logical(), 0);
+}
+
+#[test]
+fn drain_all_returns_every_pending_group() {
+    let mut a = Assembler::new(options(10));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    a.offer(attempt(1, 1), t, &mut ready);
+    a.offer(attempt(2, 1), t, &mut ready);
+    assert_eq!(a.drain_all().len(), 2);
+    assert_eq!(a.pending_requests(), 0);
+    assert_eq!(a.next_deadline(), None);
+}

@@ -1,0 +1,351 @@
+//! Grouping spans into logical requests (SPEC §2, "Grouping").
+//!
+//! [`Grouper`] holds spans until their request is complete; `replay` feeds it a whole input and
+//! drains everything, `serve` drains by time and attempt count. Both produce the same
+//! [`Request`]s, which is what makes their rows agree.
+
+mod live;
+
+pub use live::{Assembler, AssemblerOptions, Ready};
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
+
+/// What ties the attempts of one logical request together.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupKey {
+    /// Attempts carrying `retry_spend.request.id`.
+    RequestId {
+        trace_id: TraceId,
+        request_id: String,
+    },
+    /// Attempts without a request id, grouped under their parent span (none: the whole trace).
+    Parent {
+        trace_id: TraceId,
+        parent_span_id: Option<SpanId>,
+    },
+    /// A GenAI client span with no contract attributes: a request of one attempt.
+    Single { trace_id: TraceId, span_id: SpanId },
+}
+
+impl GroupKey {
+    /// The group key of an attempt-like span; `None` for logical and passthrough spans.
+    pub fn of(span: &SpanFacts) -> Option<GroupKey> {
+        match span.kind {
+            SpanKind::Attempt => Some(match &span.request_id {
+                Some(id) => GroupKey::RequestId {
+                    trace_id: span.trace_id,
+                    request_id: id.clone(),
+                },
+                None => GroupKey::Parent {
+                    trace_id: span.trace_id,
+                    parent_span_id: span.parent_span_id,
+                },
+            }),
+            SpanKind::SingleAttempt => Some(GroupKey::Single {
+                trace_id: span.trace_id,
+                span_id: span.span_id,
+            }),
+            SpanKind::LogicalRequest | SpanKind::Passthrough => None,
+        }
+    }
+
+    /// The `request_id` column: the request id, else the parent span id (else the trace id when
+    /// parentless attempts share a trace, else the span's own id for a single GenAI span).
+    pub fn request_id(&self) -> String {
+        match self {
+            GroupKey::RequestId { request_id, .. } => request_id.clone(),
+            GroupKey::Parent {
+                parent_span_id: Some(parent),
+                ..
+            } => hex::encode(parent),
+            GroupKey::Parent {
+                trace_id,
+                parent_span_id: None,
+            } => hex::encode(trace_id),
+            GroupKey::Single { span_id, .. } => hex::encode(span_id),
+        }
+    }
+
+    pub fn trace_id(&self) -> &TraceId {
+        match self {
+            GroupKey::RequestId { trace_id, .. }
+            | GroupKey::Parent { trace_id, .. }
+            | GroupKey::Single { trace_id, .. } => trace_id,
+        }
+    }
+}
+
+/// One logical request: its attempts and, when it arrived, its logical request span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub key: GroupKey,
+    pub logical: Option<SpanFacts>,
+    /// Attempts to write rows for.
+    pub attempts: Vec<SpanFacts>,
+    /// Attempts of the same request whose rows were already written (a late retry's earlier
+    /// attempts): context for the rules, never rows again.
+    pub evaluated: Vec<SpanFacts>,
+}
+
+impl Request {
+    /// Attempts the logical span says were made; the request is complete once they are here.
+    pub fn expected_attempts(&self) -> Option<u32> {
+        self.logical.as_ref().and_then(|l| l.attempt_count)
+    }
+}
+
+/// Spans waiting for their request to be evaluated, and a bounded memory of evaluated ones.
+///
+/// Like the OpenTelemetry Collector's tail sampler keeps a decision cache, the grouper keeps the
+/// attempts of recently evaluated requests: a retry that arrives late is judged with its earlier
+/// attempts, and a span an exporter re-sends is recognised and ignored.
+#[derive(Debug, Default)]
+pub struct Grouper {
+    groups: HashMap<GroupKey, Vec<SpanFacts>>,
+    logical_by_span: HashMap<(TraceId, SpanId), SpanFacts>,
+    logical_by_request: HashMap<(TraceId, String), (TraceId, SpanId)>,
+    finished: HashMap<GroupKey, Finished>,
+    finished_order: VecDeque<GroupKey>,
+    finished_logical: HashMap<(TraceId, SpanId), GroupKey>,
+    finished_capacity: usize,
+}
+
+/// What is remembered of an evaluated request.
+#[derive(Debug, Default)]
+struct Finished {
+    logical: Option<SpanFacts>,
+    attempts: Vec<SpanFacts>,
+}
+
+/// What happened to a span offered to the [`Grouper`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Offer {
+    /// Held as an attempt of this group.
+    Attempt(GroupKey),
+    /// Held as a logical request span.
+    Logical,
+    /// Already seen (an exporter re-sent its batch): ignored.
+    Duplicate,
+    /// Not part of the contract.
+    Passthrough,
+}
+
+impl Grouper {
+    /// A grouper that remembers up to `finished_capacity` evaluated requests (0: none).
+    pub fn with_finished_capacity(finished_capacity: usize) -> Grouper {
+        Grouper {
+            finished_capacity,
+            ..Grouper::default()
+        }
+    }
+
+    pub fn offer(&mut self, span: SpanFacts) -> Offer {
+        match span.kind {
+            SpanKind::Passthrough => Offer::Passthrough,
+            SpanKind::LogicalRequest => self.offer_logical(span),
+            SpanKind::Attempt | SpanKind::SingleAttempt => {
+                let Some(key) = GroupKey::of(&span) else {
+                    return Offer::Passthrough;
+                };
+                let seen =
+                    |attempts: &[SpanFacts]| attempts.iter().any(|a| a.span_id == span.span_id);
+                if self.groups.get(&key).is_some_and(|g| seen(g))
+                    || self.finished.get(&key).is_some_and(|f| seen(&f.attempts))
+                {
+                    return Offer::Duplicate;
+                }
+                self.groups.entry(key.clone()).or_default().push(span);
+                Offer::Attempt(key)
+            }
+        }
+    }
+
+    fn offer_logical(&mut self, span: SpanFacts) -> Offer {
+        let id = (span.trace_id, span.span_id);
+        if self.logical_by_span.contains_key(&id) || self.finished_logical.contains_key(&id) {
+            return Offer::Duplicate;
+        }
+        // Its request was already evaluated without it: keep it for late retries' envelope.
+        let finished_key = self.finished_key_for_logical(&span);
+        if let Some(key) = finished_key {
+            if let Some(finished) = self.finished.get_mut(&key) {
+                if finished.logical.is_none() {
+                    self.finished_logical.insert(id, key);
+                    finished.logical = Some(span);
+                    return Offer::Logical;
+                }
+            }
+        }
+        if let Some(request_id) = &span.request_id {
+            self.logical_by_request
+                .insert((span.trace_id, request_id.clone()), id);
+        }
+        self.logical_by_span.insert(id, span);
+        Offer::Logical
+    }
+
+    fn finished_key_for_logical(&self, span: &SpanFacts) -> Option<GroupKey> {
+        Grouper::keys_for_logical(span)
+            .into_iter()
+            .find(|k| self.finished.contains_key(k))
+    }
+
+    /// The group keys a logical span can belong to: by its request id, or as the attempts' parent.
+    pub fn keys_for_logical(span: &SpanFacts) -> Vec<GroupKey> {
+        let mut keys = Vec::with_capacity(2);
+        if let Some(request_id) = &span.request_id {
+            keys.push(GroupKey::RequestId {
+                trace_id: span.trace_id,
+                request_id: request_id.clone(),
+            });
+        }
+        keys.push(GroupKey::Parent {
+            trace_id: span.trace_id,
+            parent_span_id: Some(span.span_id),
+        });
+        keys
+    }
+
+    /// [`Grouper::keys_for_logical`] for a logical span still held, by its ids.
+    pub fn keys_for_logical_ids(&self, trace_id: TraceId, span_id: SpanId) -> Vec<GroupKey> {
+        match self.logical_by_span.get(&(trace_id, span_id)) {
+            Some(span) => Grouper::keys_for_logical(span),
+            None => Vec::new(),
+        }
+    }
+
+    pub fn has_group(&self, key: &GroupKey) -> bool {
+        self.groups.contains_key(key)
+    }
+
+    /// Drops a logical span whose attempts never came; it makes no row of its own.
+    pub fn forget_logical(&mut self, trace_id: TraceId, span_id: SpanId) -> bool {
+        let Some(span) = self.logical_by_span.remove(&(trace_id, span_id)) else {
+            return false;
+        };
+        if let Some(request_id) = span.request_id {
+            self.logical_by_request.remove(&(trace_id, request_id));
+        }
+        true
+    }
+
+    /// Whether this logical span is still waiting for attempts.
+    pub fn holds_logical(&self, trace_id: TraceId, span_id: SpanId) -> bool {
+        self.logical_by_span.contains_key(&(trace_id, span_id))
+    }
+
+    /// The logical request span of a group, if it has arrived, without taking it.
+    pub fn logical_for(&self, key: &GroupKey, attempts: &[SpanFacts]) -> Option<&SpanFacts> {
+        self.logical_key(key, attempts)
+            .and_then(|k| self.logical_by_span.get(&k))
+    }
+
+    fn logical_key(&self, key: &GroupKey, attempts: &[SpanFacts]) -> Option<(TraceId, SpanId)> {
+        let by_parent = || {
+            attempts
+                .iter()
+                .find_map(|a| a.parent_span_id)
+                .map(|parent| (*key.trace_id(), parent))
+                .filter(|k| self.logical_by_span.contains_key(k))
+        };
+        match key {
+            GroupKey::RequestId {
+                trace_id,
+                request_id,
+            } => self
+                .logical_by_request
+                .get(&(*trace_id, request_id.clone()))
+                .copied()
+                .filter(|k| self.logical_by_span.contains_key(k))
+                .or_else(by_parent),
+            GroupKey::Parent { .. } => by_parent(),
+            GroupKey::Single { .. } => None,
+        }
+    }
+
+    pub fn attempts(&self, key: &GroupKey) -> &[SpanFacts] {
+        self.groups.get(key).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether the logical span has arrived and named an attempt count that is now reached.
+    pub fn is_complete(&self, key: &GroupKey) -> bool {
+        let attempts = self.attempts(key);
+        self.logical_for(key, attempts)
+            .and_then(|l| l.attempt_count)
+            .is_some_and(|n| attempts.len() >= n as usize)
+    }
+
+    /// Removes a group and returns it as a request, with the attempts of the same request that
+    /// were evaluated before. The request is then remembered as finished.
+    pub fn take(&mut self, key: &GroupKey) -> Option<Request> {
+        let attempts = self.groups.remove(key)?;
+        let mut logical = self
+            .logical_key(key, &attempts)
+            .and_then(|k| self.logical_by_span.remove(&k));
+        if let Some(id) = logical.as_ref().and_then(|l| l.request_id.as_ref()) {
+            self.logical_by_request
+                .remove(&(*key.trace_id(), id.clone()));
+        }
+        let mut evaluated = Vec::new();
+        if let Some(finished) = self.finished.get_mut(key) {
+            evaluated = finished.attempts.clone();
+            if logical.is_none() {
+                logical = finished.logical.clone();
+            }
+        }
+        let request = Request {
+            key: key.clone(),
+            logical,
+            attempts,
+            evaluated,
+        };
+        self.remember(&request);
+        Some(request)
+    }
+
+    fn remember(&mut self, request: &Request) {
+        if self.finished_capacity == 0 {
+            return;
+        }
+        if !self.finished.contains_key(&request.key) {
+            while self.finished.len() >= self.finished_capacity {
+                let Some(oldest) = self.finished_order.pop_front() else {
+                    break;
+                };
+                if let Some(gone) = self.finished.remove(&oldest) {
+                    if let Some(l) = gone.logical {
+                        self.finished_logical.remove(&(l.trace_id, l.span_id));
+                    }
+                }
+            }
+            self.finished_order.push_back(request.key.clone());
+        }
+        let entry = self.finished.entry(request.key.clone()).or_default();
+        entry.attempts.extend(request.attempts.iter().cloned());
+        if entry.logical.is_none() {
+            if let Some(l) = &request.logical {
+                self.finished_logical
+                    .insert((l.trace_id, l.span_id), request.key.clone());
+                entry.logical = Some(l.clone());
+            }
+        }
+    }
+
+    /// Every group, in key order so output is deterministic whatever the arrival order.
+    pub fn drain_all(&mut self) -> Vec<Request> {
+        let mut keys: Vec<GroupKey> = self.groups.keys().cloned().collect();
+        keys.sort();
+        keys.iter().filter_map(|k| self.take(k)).collect()
+    }
+
+    pub fn pending_groups(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Logical spans still waiting for attempts.
+    pub fn pending_logical(&self) -> usize {
+        self.logical_by_span.len()
+    }
+}
