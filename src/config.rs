@@ -975,4 +975,22 @@ mod tests {
         let err = parse_duration_arg("soon").unwrap_err();
         assert!(err.starts_with("invalid duration \"soon\": "), "{err}");
     }
+
+    #[test]
+    fn duration_arg_works_as_clap_value_parser() {
+        use clap::Parser;
+
+        #[derive(Parser)]
+        struct Flags {
+            #[arg(long, value_parser = parse_duration_arg)]
+            group_wait: Option<Duration>,
+        }
+        let flags = Flags::try_parse_from(["serve", "--group-wait", "15s"]).unwrap();
+        assert_eq!(flags.group_wait, Some(Duration::from_secs(15)));
+        let err = Flags::try_parse_from(["serve", "--group-wait", "soon"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("invalid duration \"soon\""), "{err}");
+    }
 }
