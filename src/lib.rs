@@ -1,6 +1,7 @@
 //! retry-spend-collector: prices LLM retries and fallbacks against dated retry spend envelopes.
 
 pub mod assemble;
+pub mod config;
 pub mod contract;
 pub mod pipeline;
 pub mod pricing;

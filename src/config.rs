@@ -1,0 +1,996 @@
+//! The whole TOML configuration of `serve`: defaults, parsing and validation.
+//!
+//! Laid out like an OpenTelemetry Collector config (receivers → processors → exporters, plus
+//! `telemetry` and `service`), so users read it with the picture they already have. Every key has
+//! a default, so an empty file is a valid config and `config/collector.toml` only documents them.
+//! Unknown keys are errors: a typo'd key silently falling back to its default is the worst kind
+//! of misconfiguration, because nothing tells the user it happened.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+const MIB: u64 = 1024 * 1024;
+
+/// The request size most OTLP receivers accept (the OpenTelemetry Collector's gRPC default).
+/// A forwarded batch at or above it would be refused downstream.
+const OTLP_RECEIVE_LIMIT_BYTES: u64 = 4 * MIB;
+
+/// The `serve` configuration, as read from `config/collector.toml` and then overridden by flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub receivers: ReceiversConfig,
+    pub processors: ProcessorsConfig,
+    pub exporters: ExportersConfig,
+    pub telemetry: TelemetryConfig,
+    pub service: ServiceConfig,
+}
+
+/// `[receivers]`: where spans come in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReceiversConfig {
+    pub otlp: OtlpReceiverConfig,
+}
+
+/// `[receivers.otlp]`: the OTLP gRPC and OTLP/HTTP listeners.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtlpReceiverConfig {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    /// Largest accepted request body, after decompression.
+    pub max_request_bytes: u64,
+}
+
+impl Default for OtlpReceiverConfig {
+    fn default() -> Self {
+        OtlpReceiverConfig {
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 4317)),
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 4318)),
+            max_request_bytes: OTLP_RECEIVE_LIMIT_BYTES,
+        }
+    }
+}
+
+/// `[processors]`: what happens between receiving and exporting.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProcessorsConfig {
+    pub retry_spend: RetrySpendConfig,
+}
+
+/// `[processors.retry_spend]`: grouping attempts into requests and pricing them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetrySpendConfig {
+    /// How long a request waits for missing spans after its latest span arrived.
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub group_wait: Duration,
+    /// Requests buffered while waiting; the bound on the assembler's memory.
+    pub max_pending_requests: usize,
+    /// Recently evaluated requests remembered so a late duplicate span is not a new request.
+    pub finished_cache_requests: usize,
+    /// A snapshot checked more than this many whole days before a span start is stale.
+    pub max_pricing_age_days: i64,
+    /// Directory of pricing snapshot files, all loaded at start.
+    pub pricing_dir: PathBuf,
+}
+
+impl Default for RetrySpendConfig {
+    fn default() -> Self {
+        RetrySpendConfig {
+            group_wait: Duration::from_secs(10),
+            max_pending_requests: 100_000,
+            finished_cache_requests: 50_000,
+            max_pricing_age_days: 30,
+            pricing_dir: PathBuf::from("config/pricing"),
+        }
+    }
+}
+
+/// `[exporters]`: where evaluated attempts go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExportersConfig {
+    pub parquet: ParquetExporterConfig,
+    pub otlp_forward: OtlpForwardConfig,
+}
+
+/// `[exporters.parquet]`: the `attempts` table files and when to rotate them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ParquetExporterConfig {
+    /// Root of everything the collector keeps on disk.
+    pub output_dir: PathBuf,
+    pub max_rows_per_file: usize,
+    pub max_bytes_per_file: u64,
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub max_file_age: Duration,
+    pub row_group_rows: usize,
+}
+
+impl Default for ParquetExporterConfig {
+    fn default() -> Self {
+        ParquetExporterConfig {
+            output_dir: PathBuf::from("data"),
+            max_rows_per_file: 262_144,
+            max_bytes_per_file: 128 * MIB,
+            max_file_age: Duration::from_secs(60),
+            row_group_rows: 65_536,
+        }
+    }
+}
+
+/// `[exporters.otlp_forward]`: sending the enriched spans on to a downstream OTLP gRPC endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtlpForwardConfig {
+    /// Downstream OTLP gRPC endpoint; `None` turns forwarding off. An empty string in the file
+    /// also means off, so the shipped file can list the key with its default.
+    #[serde(deserialize_with = "deserialize_endpoint")]
+    pub endpoint: Option<String>,
+    pub max_batch_spans: usize,
+    pub max_batch_bytes: u64,
+    /// Spans buffered for forwarding; beyond it new spans are dropped and counted.
+    pub queue_capacity_spans: usize,
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub timeout: Duration,
+    pub max_retries: u32,
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub initial_backoff: Duration,
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub max_backoff: Duration,
+}
+
+impl Default for OtlpForwardConfig {
+    fn default() -> Self {
+        OtlpForwardConfig {
+            endpoint: None,
+            max_batch_spans: 512,
+            max_batch_bytes: MIB,
+            queue_capacity_spans: 100_000,
+            timeout: Duration::from_secs(5),
+            max_retries: 5,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `[telemetry]`: the collector's own metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Serves Prometheus text at `/metrics` and liveness at `/healthz`.
+    pub metrics_addr: SocketAddr,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            metrics_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
+        }
+    }
+}
+
+/// `[service]`: the process as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// How long shutdown may take to evaluate buffered requests and complete open files.
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Values from `serve` flags and their `RETRY_SPEND_*` environment variables; `None` keeps the
+/// file's value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServeOverrides {
+    pub grpc_addr: Option<SocketAddr>,
+    pub http_addr: Option<SocketAddr>,
+    pub metrics_addr: Option<SocketAddr>,
+    pub pricing_dir: Option<PathBuf>,
+    pub output_dir: Option<PathBuf>,
+    pub group_wait: Option<Duration>,
+    /// An empty string turns forwarding off, so an environment variable can undo the file.
+    pub forward_endpoint: Option<String>,
+}
+
+/// Why a config could not be used. Every message starts with where the config came from and
+/// names the offending key, so the user knows which line to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not TOML, an unknown key, or a value of the wrong form.
+    #[error("{origin}: {}{message}{}", key_prefix(key), location_suffix(*location))]
+    Parse {
+        origin: String,
+        /// Dotted key path, empty when the error is not about one key (a syntax error).
+        key: String,
+        message: String,
+        /// 1-based (line, column) of the offending text.
+        location: Option<(usize, usize)>,
+    },
+    /// Well-formed values that cannot work together; every problem is listed, one per line.
+    #[error("{}", render_problems(origin, problems))]
+    Invalid {
+        origin: String,
+        problems: Vec<ConfigProblem>,
+    },
+}
+
+/// One value that fails validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// Dotted key path, e.g. `exporters.otlp_forward.max_batch_bytes`.
+    pub key: &'static str,
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.problem)
+    }
+}
+
+fn key_prefix(key: &str) -> String {
+    if key.is_empty() {
+        String::new()
+    } else {
+        format!("{key}: ")
+    }
+}
+
+fn location_suffix(location: Option<(usize, usize)>) -> String {
+    match location {
+        Some((line, column)) => format!(" (line {line}, column {column})"),
+        None => String::new(),
+    }
+}
+
+fn render_problems(origin: &str, problems: &[ConfigProblem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("{origin}: {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_toml_str(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates config text; `origin` only names it in errors.
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| parse_error(text, origin, &e))?;
+        config.validate(origin)?;
+        Ok(config)
+    }
+
+    /// Applies `serve` flag and environment overrides. Call [`Config::validate`] afterwards: a
+    /// flag can set a value the file could not.
+    pub fn apply(&mut self, o: ServeOverrides) {
+        if let Some(addr) = o.grpc_addr {
+            self.receivers.otlp.grpc_addr = addr;
+        }
+        if let Some(addr) = o.http_addr {
+            self.receivers.otlp.http_addr = addr;
+        }
+        if let Some(addr) = o.metrics_addr {
+            self.telemetry.metrics_addr = addr;
+        }
+        if let Some(dir) = o.pricing_dir {
+            self.processors.retry_spend.pricing_dir = dir;
+        }
+        if let Some(dir) = o.output_dir {
+            self.exporters.parquet.output_dir = dir;
+        }
+        if let Some(wait) = o.group_wait {
+            self.processors.retry_spend.group_wait = wait;
+        }
+        if let Some(endpoint) = o.forward_endpoint {
+            self.exporters.otlp_forward.endpoint = non_empty(endpoint);
+        }
+    }
+
+    /// Rejects values that would make the collector fail later, drop data, or never make
+    /// progress. `origin` names where the values came from, e.g. the file path, or the path
+    /// followed by "with serve flags" after [`Config::apply`].
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let problems = self.problems();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid {
+                origin: origin.to_owned(),
+                problems,
+            })
+        }
+    }
+
+    fn problems(&self) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        let mut check = |ok: bool, key: &'static str, problem: &str| {
+            if !ok {
+                problems.push(ConfigProblem {
+                    key,
+                    problem: problem.to_owned(),
+                });
+            }
+        };
+        const ABOVE_ZERO: &str = "must be above zero";
+
+        let otlp = &self.receivers.otlp;
+        check(
+            otlp.max_request_bytes > 0,
+            "receivers.otlp.max_request_bytes",
+            ABOVE_ZERO,
+        );
+        // Port 0 asks the OS for a free port, so two zero ports never collide.
+        let collides = |a: SocketAddr, b: SocketAddr| a.port() != 0 && a == b;
+        check(
+            !collides(otlp.http_addr, otlp.grpc_addr),
+            "receivers.otlp.http_addr",
+            "must differ from receivers.otlp.grpc_addr",
+        );
+        check(
+            !collides(self.telemetry.metrics_addr, otlp.grpc_addr)
+                && !collides(self.telemetry.metrics_addr, otlp.http_addr),
+            "telemetry.metrics_addr",
+            "must differ from the receivers.otlp addresses",
+        );
+
+        let rs = &self.processors.retry_spend;
+        check(
+            !rs.group_wait.is_zero(),
+            "processors.retry_spend.group_wait",
+            ABOVE_ZERO,
+        );
+        check(
+            rs.max_pending_requests > 0,
+            "processors.retry_spend.max_pending_requests",
+            ABOVE_ZERO,
+        );
+        check(
+            rs.max_pricing_age_days >= 0,
+            "processors.retry_spend.max_pricing_age_days",
+            "must not be negative",
+        );
+        check(
+            !rs.pricing_dir.as_os_str().is_empty(),
+            "processors.retry_spend.pricing_dir",
+            "must not be empty",
+        );
+
+        let pq = &self.exporters.parquet;
+        check(
+            !pq.output_dir.as_os_str().is_empty(),
+            "exporters.parquet.output_dir",
+            "must not be empty",
+        );
+        check(
+            pq.max_rows_per_file > 0,
+            "exporters.parquet.max_rows_per_file",
+            ABOVE_ZERO,
+        );
+        check(
+            pq.max_bytes_per_file > 0,
+            "exporters.parquet.max_bytes_per_file",
+            ABOVE_ZERO,
+        );
+        check(
+            !pq.max_file_age.is_zero(),
+            "exporters.parquet.max_file_age",
+            ABOVE_ZERO,
+        );
+        check(
+            pq.row_group_rows > 0,
+            "exporters.parquet.row_group_rows",
+            ABOVE_ZERO,
+        );
+
+        let fw = &self.exporters.otlp_forward;
+        if let Some(endpoint) = &fw.endpoint {
+            check(
+                endpoint.starts_with("http://") || endpoint.starts_with("https://"),
+                "exporters.otlp_forward.endpoint",
+                "must start with http:// or https:// (leave it empty to turn forwarding off)",
+            );
+        }
+        check(
+            fw.max_batch_spans > 0,
+            "exporters.otlp_forward.max_batch_spans",
+            ABOVE_ZERO,
+        );
+        check(
+            fw.max_batch_bytes > 0,
+            "exporters.otlp_forward.max_batch_bytes",
+            ABOVE_ZERO,
+        );
+        check(
+            fw.max_batch_bytes < OTLP_RECEIVE_LIMIT_BYTES,
+            "exporters.otlp_forward.max_batch_bytes",
+            "must be below 4 MiB (the common OTLP receive limit)",
+        );
+        check(
+            fw.queue_capacity_spans > 0,
+            "exporters.otlp_forward.queue_capacity_spans",
+            ABOVE_ZERO,
+        );
+        check(
+            !fw.timeout.is_zero(),
+            "exporters.otlp_forward.timeout",
+            ABOVE_ZERO,
+        );
+        check(
+            fw.max_backoff >= fw.initial_backoff,
+            "exporters.otlp_forward.max_backoff",
+            "must not be below exporters.otlp_forward.initial_backoff",
+        );
+
+        check(
+            !self.service.shutdown_timeout.is_zero(),
+            "service.shutdown_timeout",
+            ABOVE_ZERO,
+        );
+        problems
+    }
+}
+
+/// Parses a duration such as `500ms`, `2s` or `1m`; usable as a clap `value_parser`.
+pub fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| duration::problem(s, &e))
+}
+
+fn non_empty(s: String) -> Option<String> {
+    if s.is_empty() {
+        None
+    } else {
+        Some(s)
+    }
+}
+
+fn deserialize_endpoint<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Ok(non_empty(String::deserialize(deserializer)?))
+}
+
+/// Turns a toml error into one naming the origin and the dotted key the error points at. The
+/// toml crate knows the key but only shows it as a source excerpt, which does not survive being
+/// printed on one line in a log.
+fn parse_error(text: &str, origin: &str, e: &toml::de::Error) -> ConfigError {
+    let span = e.span();
+    ConfigError::Parse {
+        origin: origin.to_owned(),
+        key: span
+            .as_ref()
+            .map(|s| key_path_at(text, s.start))
+            .unwrap_or_default(),
+        message: e.message().trim_end().to_owned(),
+        location: span.map(|s| line_column(text, s.start)),
+    }
+}
+
+/// The dotted path of the deepest key whose name or value covers `offset`; empty when the text
+/// does not parse (the error is then a syntax error, located by line and column).
+fn key_path_at(text: &str, offset: usize) -> String {
+    let Ok(doc) = toml::de::DeTable::parse(text) else {
+        return String::new();
+    };
+    let mut path = Vec::new();
+    find_key(doc.get_ref(), offset, &mut path);
+    path.join(".")
+}
+
+fn find_key(table: &toml::de::DeTable<'_>, offset: usize, path: &mut Vec<String>) -> bool {
+    let covers = |span: Range<usize>| span.contains(&offset);
+    for (key, value) in table.iter() {
+        path.push(key.get_ref().to_string());
+        // A table's span can be its whole `[a.b]` header, so the key itself is checked before
+        // descending, and the value only after no deeper key matched.
+        if covers(key.span()) {
+            return true;
+        }
+        if let toml::de::DeValue::Table(inner) = value.get_ref() {
+            if find_key(inner, offset, path) {
+                return true;
+            }
+        }
+        if covers(value.span()) {
+            return true;
+        }
+        path.pop();
+    }
+    false
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+/// Durations are written as humantime strings (`"500ms"`, `"2s"`, `"1m"`), never bare numbers,
+/// so a reader never has to guess the unit.
+mod duration {
+    use std::fmt;
+    use std::time::Duration;
+
+    use serde::de::{self, Visitor};
+
+    const EXPECTED: &str = r#"a duration string such as "500ms", "2s" or "1m""#;
+
+    pub(super) fn problem(s: &str, e: &humantime::DurationError) -> String {
+        format!("invalid duration {s:?}: {e}; expected {EXPECTED}")
+    }
+
+    pub(super) fn deserialize<'de, D>(deserializer: D) -> Result<Duration, D::Error>
+    where
+        D: de::Deserializer<'de>,
+    {
+        deserializer.deserialize_str(DurationVisitor)
+    }
+
+    struct DurationVisitor;
+
+    impl Visitor<'_> for DurationVisitor {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(EXPECTED)
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Duration, E> {
+            humantime::parse_duration(s).map_err(|e| E::custom(problem(s, &e)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHIPPED: &str = include_str!("../config/collector.toml");
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml_str(text, "test.toml")
+    }
+
+    fn parse_err(text: &str) -> String {
+        match parse(text) {
+            Ok(c) => panic!("expected an error, got {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// The validation message for a config that differs from the default only by `edit`.
+    fn invalid(edit: impl FnOnce(&mut Config)) -> String {
+        let mut config = Config::default();
+        edit(&mut config);
+        match config.validate("test.toml") {
+            Ok(()) => panic!("expected a validation error for {config:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn shipped_file_equals_defaults() {
+        assert_eq!(parse(SHIPPED).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn shipped_file_loads_from_disk() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/collector.toml");
+        assert_eq!(Config::load(&path).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn empty_file_equals_defaults() {
+        assert_eq!(parse("").unwrap(), Config::default());
+        Config::default().validate("defaults").unwrap();
+    }
+
+    #[test]
+    fn defaults_are_the_documented_values() {
+        let c = Config::default();
+        assert_eq!(c.receivers.otlp.grpc_addr.to_string(), "127.0.0.1:4317");
+        assert_eq!(c.receivers.otlp.http_addr.to_string(), "127.0.0.1:4318");
+        assert_eq!(c.receivers.otlp.max_request_bytes, 4_194_304);
+        assert_eq!(c.processors.retry_spend.group_wait, Duration::from_secs(10));
+        assert_eq!(c.exporters.parquet.max_bytes_per_file, 134_217_728);
+        assert_eq!(c.exporters.otlp_forward.endpoint, None);
+        assert_eq!(c.exporters.otlp_forward.max_batch_bytes, 1_048_576);
+        assert_eq!(c.telemetry.metrics_addr.to_string(), "127.0.0.1:9464");
+        assert_eq!(c.service.shutdown_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn durations_are_humantime_strings() {
+        let c = parse(
+            r#"
+            [processors.retry_spend]
+            group_wait = "500ms"
+            [exporters.parquet]
+            max_file_age = "1m"
+            [service]
+            shutdown_timeout = "2s"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.processors.retry_spend.group_wait,
+            Duration::from_millis(500)
+        );
+        assert_eq!(c.exporters.parquet.max_file_age, Duration::from_secs(60));
+        assert_eq!(c.service.shutdown_timeout, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn partial_section_keeps_other_defaults() {
+        let c = parse("[exporters.otlp_forward]\nmax_retries = 2\n").unwrap();
+        assert_eq!(c.exporters.otlp_forward.max_retries, 2);
+        assert_eq!(
+            c.exporters.otlp_forward.timeout,
+            OtlpForwardConfig::default().timeout
+        );
+    }
+
+    #[test]
+    fn unknown_key_error_names_file_and_key() {
+        let msg = parse_err("[processors.retry_spend]\ngruop_wait = \"10s\"\n");
+        assert!(msg.starts_with("test.toml: "), "{msg}");
+        assert!(
+            msg.contains("processors.retry_spend.gruop_wait: unknown field `gruop_wait`"),
+            "{msg}"
+        );
+        assert!(msg.contains("line 2"), "{msg}");
+    }
+
+    #[test]
+    fn unknown_section_error_names_it() {
+        let msg = parse_err("[recievers.otlp]\ngrpc_addr = \"127.0.0.1:4317\"\n");
+        assert!(
+            msg.contains("recievers: unknown field `recievers`"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn bad_duration_error_names_file_key_and_value() {
+        let msg = parse_err("[processors.retry_spend]\ngroup_wait = \"10 parsecs\"\n");
+        assert!(
+            msg.starts_with(
+                "test.toml: processors.retry_spend.group_wait: invalid duration \"10 parsecs\": "
+            ),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(r#"expected a duration string such as "500ms""#),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn bare_number_duration_says_what_was_expected() {
+        let msg = parse_err("[exporters.otlp_forward]\ntimeout = 5\n");
+        assert!(msg.contains("exporters.otlp_forward.timeout: "), "{msg}");
+        assert!(
+            msg.contains(r#"expected a duration string such as "500ms""#),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn bad_address_error_names_key() {
+        let msg = parse_err("[telemetry]\nmetrics_addr = \"localhost\"\n");
+        assert!(msg.contains("test.toml: telemetry.metrics_addr: "), "{msg}");
+    }
+
+    #[test]
+    fn syntax_error_names_file_and_line() {
+        let msg = parse_err("[service]\nshutdown_timeout = \n");
+        assert!(msg.starts_with("test.toml: "), "{msg}");
+        assert!(msg.contains("line 2"), "{msg}");
+    }
+
+    #[test]
+    fn load_names_missing_file() {
+        let err = Config::load(Path::new("/nonexistent/collector.toml")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("/nonexistent/collector.toml: cannot read: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn validation_runs_on_load() {
+        let msg = parse_err("[processors.retry_spend]\ngroup_wait = \"0s\"\n");
+        assert_eq!(
+            msg,
+            "test.toml: processors.retry_spend.group_wait: must be above zero"
+        );
+    }
+
+    #[test]
+    fn every_problem_is_listed() {
+        let msg = invalid(|c| {
+            c.exporters.parquet.max_rows_per_file = 0;
+            c.exporters.parquet.row_group_rows = 0;
+        });
+        assert_eq!(
+            msg,
+            "test.toml: exporters.parquet.max_rows_per_file: must be above zero\n\
+             test.toml: exporters.parquet.row_group_rows: must be above zero"
+        );
+    }
+
+    #[test]
+    fn max_request_bytes_must_be_above_zero() {
+        let msg = invalid(|c| c.receivers.otlp.max_request_bytes = 0);
+        assert!(msg.contains("receivers.otlp.max_request_bytes: must be above zero"));
+    }
+
+    #[test]
+    fn listen_addresses_must_differ() {
+        let msg = invalid(|c| c.receivers.otlp.http_addr = c.receivers.otlp.grpc_addr);
+        assert!(
+            msg.contains("receivers.otlp.http_addr: must differ"),
+            "{msg}"
+        );
+        let msg = invalid(|c| c.telemetry.metrics_addr = c.receivers.otlp.http_addr);
+        assert!(msg.contains("telemetry.metrics_addr: must differ"), "{msg}");
+    }
+
+    #[test]
+    fn port_zero_addresses_may_repeat() {
+        let mut c = Config::default();
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        c.receivers.otlp.grpc_addr = any;
+        c.receivers.otlp.http_addr = any;
+        c.telemetry.metrics_addr = any;
+        c.validate("test.toml").unwrap();
+    }
+
+    #[test]
+    fn group_wait_must_be_above_zero() {
+        let msg = invalid(|c| c.processors.retry_spend.group_wait = Duration::ZERO);
+        assert!(msg.contains("processors.retry_spend.group_wait: must be above zero"));
+    }
+
+    #[test]
+    fn max_pending_requests_must_be_above_zero() {
+        let msg = invalid(|c| c.processors.retry_spend.max_pending_requests = 0);
+        assert!(msg.contains("processors.retry_spend.max_pending_requests: must be above zero"));
+    }
+
+    #[test]
+    fn finished_cache_may_be_zero() {
+        let mut c = Config::default();
+        c.processors.retry_spend.finished_cache_requests = 0;
+        c.validate("test.toml").unwrap();
+    }
+
+    #[test]
+    fn max_pricing_age_days_must_not_be_negative() {
+        let msg = invalid(|c| c.processors.retry_spend.max_pricing_age_days = -1);
+        assert!(msg.contains("processors.retry_spend.max_pricing_age_days: must not be negative"));
+        let mut c = Config::default();
+        c.processors.retry_spend.max_pricing_age_days = 0;
+        c.validate("test.toml").unwrap();
+    }
+
+    #[test]
+    fn directories_must_not_be_empty() {
+        let msg = invalid(|c| c.processors.retry_spend.pricing_dir = PathBuf::new());
+        assert!(msg.contains("processors.retry_spend.pricing_dir: must not be empty"));
+        let msg = invalid(|c| c.exporters.parquet.output_dir = PathBuf::new());
+        assert!(msg.contains("exporters.parquet.output_dir: must not be empty"));
+    }
+
+    #[test]
+    fn parquet_rotation_bounds_must_be_above_zero() {
+        let msg = invalid(|c| c.exporters.parquet.max_rows_per_file = 0);
+        assert!(msg.contains("exporters.parquet.max_rows_per_file: must be above zero"));
+        let msg = invalid(|c| c.exporters.parquet.max_bytes_per_file = 0);
+        assert!(msg.contains("exporters.parquet.max_bytes_per_file: must be above zero"));
+        let msg = invalid(|c| c.exporters.parquet.max_file_age = Duration::ZERO);
+        assert!(msg.contains("exporters.parquet.max_file_age: must be above zero"));
+        let msg = invalid(|c| c.exporters.parquet.row_group_rows = 0);
+        assert!(msg.contains("exporters.parquet.row_group_rows: must be above zero"));
+    }
+
+    #[test]
+    fn forward_endpoint_must_be_an_http_url() {
+        let msg = parse_err("[exporters.otlp_forward]\nendpoint = \"collector:4317\"\n");
+        assert!(
+            msg.starts_with(
+                "test.toml: exporters.otlp_forward.endpoint: must start with http:// or https://"
+            ),
+            "{msg}"
+        );
+        for ok in ["http://collector:4317", "https://collector:4317"] {
+            let c = parse(&format!("[exporters.otlp_forward]\nendpoint = {ok:?}\n")).unwrap();
+            assert_eq!(c.exporters.otlp_forward.endpoint.as_deref(), Some(ok));
+        }
+    }
+
+    #[test]
+    fn empty_forward_endpoint_in_file_is_off() {
+        let c = parse("[exporters.otlp_forward]\nendpoint = \"\"\n").unwrap();
+        assert_eq!(c.exporters.otlp_forward.endpoint, None);
+    }
+
+    #[test]
+    fn forward_batch_must_stay_below_otlp_receive_limit() {
+        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_bytes = 4 * MIB);
+        assert!(
+            msg.contains(
+                "exporters.otlp_forward.max_batch_bytes: \
+                 must be below 4 MiB (the common OTLP receive limit)"
+            ),
+            "{msg}"
+        );
+        let mut c = Config::default();
+        c.exporters.otlp_forward.max_batch_bytes = 4 * MIB - 1;
+        c.validate("test.toml").unwrap();
+    }
+
+    #[test]
+    fn forward_bounds_must_be_above_zero() {
+        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_spans = 0);
+        assert!(msg.contains("exporters.otlp_forward.max_batch_spans: must be above zero"));
+        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_bytes = 0);
+        assert!(msg.contains("exporters.otlp_forward.max_batch_bytes: must be above zero"));
+        let msg = invalid(|c| c.exporters.otlp_forward.queue_capacity_spans = 0);
+        assert!(msg.contains("exporters.otlp_forward.queue_capacity_spans: must be above zero"));
+        let msg = invalid(|c| c.exporters.otlp_forward.timeout = Duration::ZERO);
+        assert!(msg.contains("exporters.otlp_forward.timeout: must be above zero"));
+    }
+
+    #[test]
+    fn max_backoff_must_not_be_below_initial_backoff() {
+        let msg = invalid(|c| {
+            c.exporters.otlp_forward.initial_backoff = Duration::from_secs(2);
+            c.exporters.otlp_forward.max_backoff = Duration::from_secs(1);
+        });
+        assert!(
+            msg.contains("exporters.otlp_forward.max_backoff: must not be below"),
+            "{msg}"
+        );
+        let mut c = Config::default();
+        c.exporters.otlp_forward.max_backoff = c.exporters.otlp_forward.initial_backoff;
+        c.validate("test.toml").unwrap();
+    }
+
+    #[test]
+    fn shutdown_timeout_must_be_above_zero() {
+        let msg = invalid(|c| c.service.shutdown_timeout = Duration::ZERO);
+        assert!(msg.contains("service.shutdown_timeout: must be above zero"));
+    }
+
+    #[test]
+    fn overrides_replace_file_values() {
+        let mut c = parse("[exporters.otlp_forward]\nendpoint = \"http://a:4317\"\n").unwrap();
+        let addr = |port| SocketAddr::from(([0, 0, 0, 0], port));
+        c.apply(ServeOverrides {
+            grpc_addr: Some(addr(1)),
+            http_addr: Some(addr(2)),
+            metrics_addr: Some(addr(3)),
+            pricing_dir: Some(PathBuf::from("/etc/pricing")),
+            output_dir: Some(PathBuf::from("/var/lib/retry-spend")),
+            group_wait: Some(Duration::from_secs(20)),
+            forward_endpoint: Some("https://b:4317".to_owned()),
+        });
+        assert_eq!(c.receivers.otlp.grpc_addr, addr(1));
+        assert_eq!(c.receivers.otlp.http_addr, addr(2));
+        assert_eq!(c.telemetry.metrics_addr, addr(3));
+        assert_eq!(
+            c.processors.retry_spend.pricing_dir,
+            Path::new("/etc/pricing")
+        );
+        assert_eq!(
+            c.exporters.parquet.output_dir,
+            Path::new("/var/lib/retry-spend")
+        );
+        assert_eq!(c.processors.retry_spend.group_wait, Duration::from_secs(20));
+        assert_eq!(
+            c.exporters.otlp_forward.endpoint.as_deref(),
+            Some("https://b:4317")
+        );
+        c.validate("test.toml").unwrap();
+    }
+
+    #[test]
+    fn empty_overrides_change_nothing() {
+        let mut c = Config::default();
+        c.apply(ServeOverrides::default());
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn empty_forward_endpoint_override_turns_forwarding_off() {
+        let mut c = parse("[exporters.otlp_forward]\nendpoint = \"http://a:4317\"\n").unwrap();
+        c.apply(ServeOverrides {
+            forward_endpoint: Some(String::new()),
+            ..ServeOverrides::default()
+        });
+        assert_eq!(c.exporters.otlp_forward.endpoint, None);
+    }
+
+    #[test]
+    fn overrides_are_validated_again() {
+        let mut c = Config::default();
+        c.apply(ServeOverrides {
+            group_wait: Some(Duration::ZERO),
+            forward_endpoint: Some("grpc://x".to_owned()),
+            ..ServeOverrides::default()
+        });
+        let msg = c.validate("flags").unwrap_err().to_string();
+        assert!(
+            msg.contains("flags: processors.retry_spend.group_wait"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("flags: exporters.otlp_forward.endpoint"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn duration_arg_parses_humantime() {
+        assert_eq!(parse_duration_arg("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration_arg("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration_arg("1m"), Ok(Duration::from_secs(60)));
+        let err = parse_duration_arg("soon").unwrap_err();
+        assert!(err.starts_with("invalid duration \"soon\": "), "{err}");
+    }
+
+    #[test]
+    fn duration_arg_works_as_clap_value_parser() {
+        use clap::Parser;
+
+        #[derive(Parser)]
+        struct Flags {
+            #[arg(long, value_parser = parse_duration_arg)]
+            group_wait: Option<Duration>,
+        }
+        let flags = Flags::try_parse_from(["serve", "--group-wait", "15s"]).unwrap();
+        assert_eq!(flags.group_wait, Some(Duration::from_secs(15)));
+        let err = Flags::try_parse_from(["serve", "--group-wait", "soon"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("invalid duration \"soon\""), "{err}");
+    }
+}
