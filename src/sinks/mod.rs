@@ -1,3 +1,4 @@
 //! Where evaluated attempts go.
 
+pub mod metrics;
 pub mod parquet;

@@ -1,0 +1,398 @@
+use std::io::{Read, Write};
+use std::str::FromStr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rust_decimal::Decimal;
+
+use super::names::{self, Kind};
+use super::{router, serve, Health, Metrics};
+use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
+
+fn usd(text: &str) -> Decimal {
+    Decimal::from_str(text).expect("test decimal parses")
+}
+
+/// An audited attempt of the `summarize` task for `team-a`; tests change what they look at.
+fn attempt(attempt_index: i32, decision: Decision, spend_class: SpendClass) -> AttemptRow {
+    AttemptRow {
+        event_time: 1_741_953_600_000_000_000,
+        end_time: 1_741_953_602_000_000_000,
+        trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
+        span_id: format!("b7ad6b71692033{attempt_index:02}"),
+        request_id: "req-42".into(),
+        service_name: "checkout-assistant".into(),
+        task_type: Some("summarize".into()),
+        billing_group: Some("team-a".into()),
+        provider: None,
+        attempt_index,
+        original_model: None,
+        retry_model: None,
+        response_model: None,
+        original_family: None,
+        retry_family: None,
+        input_tokens: None,
+        cached_input_tokens: None,
+        output_tokens: None,
+        output_cap: None,
+        planned_attempt_usd: None,
+        actual_attempt_usd: None,
+        estimated_incremental_usd: None,
+        cumulative_incremental_usd: None,
+        remaining_envelope_usd: None,
+        max_incremental_usd: None,
+        group_ratio: None,
+        sdk_estimated_incremental_usd: None,
+        sdk_remaining_envelope_usd: None,
+        max_attempts_after_first: None,
+        pricing_version: None,
+        pricing_source: None,
+        pricing_digest: None,
+        pricing_checked_at: None,
+        spend_class,
+        decision,
+        decision_reason: String::new(),
+        audited: true,
+        unaudited_reason: None,
+        error_type: None,
+        sdk_decision_reason: None,
+        violations: Vec::new(),
+        output_reached_client: None,
+    }
+}
+
+/// The sample lines of one family, in the order `/metrics` shows them.
+fn samples(text: &str, family: &str) -> Vec<String> {
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix(family)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Sends one HTTP/1.1 GET over a plain blocking socket; returns (status line, head, body).
+fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String, String) {
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the metrics server");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send request");
+    let mut response = String::new();
+    // Connection: close makes the server end the stream after one response.
+    stream.read_to_string(&mut response).expect("read response");
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .expect("response has a header block");
+    let status = head.lines().next().unwrap_or_default().to_owned();
+    (status, head.to_owned(), body.to_owned())
+}
+
+#[test]
+fn fresh_collector_lists_every_family_with_help_and_type() {
+    let text = Metrics::new().render();
+    for family in names::ALL {
+        let help = format!("# HELP {} {}", family.name, family.help);
+        let kind = format!("# TYPE {} {}", family.name, family.kind.as_str());
+        assert_eq!(text.lines().filter(|l| *l == help).count(), 1, "{help}");
+        assert_eq!(text.lines().filter(|l| *l == kind).count(), 1, "{kind}");
+        if family.kind == Kind::Counter {
+            assert!(family.name.ends_with("_total"), "{}", family.name);
+        }
+    }
+    // Labelled families have no series until something happens; plain ones start at 0.
+    assert!(samples(&text, names::ATTEMPTS.name).is_empty());
+    assert!(samples(&text, names::SPANS_RECEIVED.name).is_empty());
+    assert_eq!(
+        samples(&text, names::ROWS_WRITTEN.name),
+        ["retry_spend_rows_written_total 0"]
+    );
+    assert_eq!(
+        samples(&text, names::LAST_WRITE_TIMESTAMP.name),
+        ["retry_spend_last_write_timestamp_seconds 0"]
+    );
+    assert!(text.ends_with('\n'));
+}
+
+#[test]
+fn every_line_is_a_comment_or_a_sample_of_the_family_above_it() {
+    let metrics = Metrics::new();
+    metrics.record_rows(&[attempt(1, Decision::OverEnvelope, SpendClass::Retry)]);
+    metrics.spans_received("grpc", 1);
+    let text = metrics.render();
+    let mut current = "";
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            current = rest.split(' ').next().unwrap_or_default();
+        } else if !line.starts_with("# TYPE ") {
+            assert!(line.starts_with(current), "{line} outside {current}");
+        }
+    }
+}
+
+#[test]
+fn rows_count_attempts_by_decision_spend_class_task_type_and_billing_group() {
+    let metrics = Metrics::new();
+
+    let mut first = attempt(0, Decision::FirstAttempt, SpendClass::Base);
+    first.task_type = None;
+    first.billing_group = None;
+    first.audited = false;
+    first.unaudited_reason = Some(UnauditedReason::NoEnvelope);
+    first.estimated_incremental_usd = Some(Decimal::ZERO);
+
+    let mut over = attempt(1, Decision::OverEnvelope, SpendClass::Retry);
+    over.estimated_incremental_usd = Some(usd("0.0028068"));
+    over.violations = vec![Violation::OverEnvelope, Violation::SdkEstimateMismatch];
+
+    let mut within = attempt(2, Decision::WithinEnvelope, SpendClass::Retry);
+    within.estimated_incremental_usd = Some(usd("0.00766626"));
+
+    let mut unaudited = attempt(3, Decision::Unaudited, SpendClass::Fallback);
+    unaudited.audited = false;
+    unaudited.unaudited_reason = Some(UnauditedReason::ModelNotInPricing);
+
+    metrics.record_rows(&[first, over]);
+    metrics.record_rows(&[within, unaudited]);
+    let text = metrics.render();
+
+    assert_eq!(
+        samples(&text, names::ATTEMPTS.name),
+        [
+            r#"retry_spend_attempts_total{decision="first_attempt",spend_class="base",task_type="",billing_group=""} 1"#,
+            r#"retry_spend_attempts_total{decision="over_envelope",spend_class="retry",task_type="summarize",billing_group="team-a"} 1"#,
+            r#"retry_spend_attempts_total{decision="unaudited",spend_class="fallback",task_type="summarize",billing_group="team-a"} 1"#,
+            r#"retry_spend_attempts_total{decision="within_envelope",spend_class="retry",task_type="summarize",billing_group="team-a"} 1"#,
+        ]
+    );
+    // The first attempt's 0 is base cost, not retry spend: no `base` series.
+    assert_eq!(
+        samples(&text, names::INCREMENTAL_USD.name),
+        [r#"retry_spend_incremental_usd_total{spend_class="retry"} 0.01047306"#]
+    );
+    // The unaudited first attempt is not a retry.
+    assert_eq!(
+        samples(&text, names::UNAUDITED_ATTEMPTS.name),
+        ["retry_spend_unaudited_attempts_total 1"]
+    );
+    assert_eq!(
+        samples(&text, names::VIOLATIONS.name),
+        [
+            r#"retry_spend_violations_total{violation="over_envelope"} 1"#,
+            r#"retry_spend_violations_total{violation="sdk_estimate_mismatch"} 1"#,
+        ]
+    );
+}
+
+#[test]
+fn repeated_label_sets_add_up() {
+    let metrics = Metrics::new();
+    let mut retry = attempt(1, Decision::WithinEnvelope, SpendClass::Retry);
+    retry.estimated_incremental_usd = Some(usd("0.10"));
+    metrics.record_rows(&[retry.clone(), retry.clone()]);
+    metrics.record_rows(&[retry]);
+    let text = metrics.render();
+    assert_eq!(
+        samples(&text, names::ATTEMPTS.name),
+        [
+            r#"retry_spend_attempts_total{decision="within_envelope",spend_class="retry",task_type="summarize",billing_group="team-a"} 3"#
+        ]
+    );
+    assert_eq!(
+        samples(&text, names::INCREMENTAL_USD.name),
+        [r#"retry_spend_incremental_usd_total{spend_class="retry"} 0.3"#]
+    );
+}
+
+#[test]
+fn label_values_escape_backslash_quote_and_newline() {
+    let metrics = Metrics::new();
+    let mut row = attempt(0, Decision::FirstAttempt, SpendClass::Base);
+    row.task_type = Some("say \"hi\"\nC:\\tmp".into());
+    metrics.record_rows(&[row]);
+    assert_eq!(
+        samples(&metrics.render(), names::ATTEMPTS.name),
+        [
+            r#"retry_spend_attempts_total{decision="first_attempt",spend_class="base",task_type="say \"hi\"\nC:\\tmp",billing_group="team-a"} 1"#
+        ]
+    );
+}
+
+#[test]
+fn intake_counters_are_labelled_by_transport_and_outcome() {
+    let metrics = Metrics::new();
+    metrics.spans_received("http", 2);
+    metrics.spans_received("grpc", 3);
+    metrics.spans_received("grpc", 4);
+    metrics.export_request("grpc", "ok");
+    metrics.export_request("http", "too_large");
+    metrics.export_request("grpc", "ok");
+    let text = metrics.render();
+    assert_eq!(
+        samples(&text, names::SPANS_RECEIVED.name),
+        [
+            r#"retry_spend_spans_received_total{transport="grpc"} 7"#,
+            r#"retry_spend_spans_received_total{transport="http"} 2"#,
+        ]
+    );
+    assert_eq!(
+        samples(&text, names::EXPORT_REQUESTS.name),
+        [
+            r#"retry_spend_export_requests_total{transport="grpc",outcome="ok"} 2"#,
+            r#"retry_spend_export_requests_total{transport="http",outcome="too_large"} 1"#,
+        ]
+    );
+}
+
+#[test]
+fn plain_counters_and_gauges_show_their_values() {
+    let metrics = Metrics::new();
+    metrics.set_requests_pending(12);
+    metrics.set_requests_pending(5);
+    metrics.set_requests_pending_limit(10_000);
+    metrics.requests_evicted(2);
+    metrics.late_attempts(3);
+    metrics.duplicate_spans(4);
+    metrics.parquet_file_completed();
+    metrics.parquet_file_completed();
+    metrics.sink_errors(1);
+    metrics.spans_forwarded(40);
+    metrics.forward_failures(6);
+    metrics.forward_spans_dropped(7);
+    let text = metrics.render();
+    for expected in [
+        "retry_spend_requests_pending 5",
+        "retry_spend_requests_pending_limit 10000",
+        "retry_spend_requests_evicted_total 2",
+        "retry_spend_late_attempts_total 3",
+        "retry_spend_duplicate_spans_total 4",
+        "retry_spend_parquet_files_total 2",
+        "retry_spend_sink_errors_total 1",
+        "retry_spend_forward_spans_total 40",
+        "retry_spend_forward_failures_total 6",
+        "retry_spend_forward_dropped_spans_total 7",
+    ] {
+        assert_eq!(
+            text.lines().filter(|l| *l == expected).count(),
+            1,
+            "{expected}"
+        );
+    }
+}
+
+#[test]
+fn a_write_of_rows_stamps_the_last_write_time_and_an_empty_one_does_not() {
+    let metrics = Metrics::new();
+    metrics.rows_written(0);
+    assert!(metrics
+        .render()
+        .contains("\nretry_spend_last_write_timestamp_seconds 0\n"));
+
+    let before = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64();
+    metrics.rows_written(3);
+    let after = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64();
+
+    let text = metrics.render();
+    assert_eq!(
+        samples(&text, names::ROWS_WRITTEN.name),
+        ["retry_spend_rows_written_total 3"]
+    );
+    let stamp: f64 = samples(&text, names::LAST_WRITE_TIMESTAMP.name)[0]
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("timestamp is a number");
+    // Millisecond resolution: allow the truncation below `before`.
+    assert!(stamp >= before - 0.001 && stamp <= after, "{stamp}");
+}
+
+#[test]
+fn health_reports_every_open_problem_until_cleared() {
+    let health = Health::new();
+    assert_eq!(health.status(), Ok(()));
+
+    health.set_problem("parquet", "cannot write /data/attempts: disk full".into());
+    health.set_problem("forward", "collector:4317 unavailable".into());
+    assert_eq!(
+        health.status(),
+        Err(
+            "forward: collector:4317 unavailable\nparquet: cannot write /data/attempts: disk full"
+                .into()
+        )
+    );
+
+    health.set_problem("parquet", "cannot sync /data/attempts".into());
+    health.clear_problem("forward");
+    assert_eq!(
+        health.status(),
+        Err("parquet: cannot sync /data/attempts".into())
+    );
+
+    health.clear_problem("parquet");
+    health.clear_problem("parquet");
+    assert_eq!(health.status(), Ok(()));
+}
+
+#[tokio::test]
+async fn serves_metrics_and_healthz_over_http() {
+    let metrics = Metrics::new();
+    let health = Health::new();
+    metrics.spans_received("grpc", 9);
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a free port");
+    let addr = listener.local_addr().expect("bound address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(
+        listener,
+        router(metrics.clone(), health.clone()),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+
+    let fetch = |path: &'static str| tokio::task::spawn_blocking(move || http_get(addr, path));
+
+    let (status, head, body) = fetch("/metrics").await.expect("client task");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8"),
+        "{head}"
+    );
+    assert_eq!(body, metrics.render());
+    assert!(body.contains("\nretry_spend_spans_received_total{transport=\"grpc\"} 9\n"));
+
+    let (status, _, body) = fetch("/healthz").await.expect("client task");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(body, "ok\n");
+
+    health.set_problem(
+        "parquet",
+        "cannot write /data: read-only file system".into(),
+    );
+    health.set_problem("forward", "downstream unavailable".into());
+    let (status, _, body) = fetch("/healthz").await.expect("client task");
+    assert_eq!(status, "HTTP/1.1 503 Service Unavailable");
+    assert_eq!(
+        body,
+        "forward: downstream unavailable\nparquet: cannot write /data: read-only file system\n"
+    );
+
+    let (status, _, _) = fetch("/nope").await.expect("client task");
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+
+    stop.send(()).expect("server still running");
+    server
+        .await
+        .expect("server task")
+        .expect("server shuts down cleanly");
+}
