@@ -1,3 +1,4 @@
 //! Where evaluated attempts go.
 
+pub mod forward;
 pub mod parquet;
