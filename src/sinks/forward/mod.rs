@@ -1,16 +1,22 @@
 //! OTLP forward sink (SPEC §6): every received span goes on to a downstream OTLP gRPC endpoint,
 //! attempt spans carrying their evaluation as `retry_spend.*` attributes.
 //!
-//! [`enrich`] writes those attributes onto a span. The forward is best effort by design:
+//! [`enrich`] writes those attributes onto a span; [`start`] spawns the task that batches queued
+//! spans into export requests and sends them with retries. The forward is best effort by design:
 //! the Parquet table is the record finance reads, so a slow or absent downstream must never stall
 //! intake. The queue is therefore bounded, and whatever cannot be queued or delivered is counted
 //! through a [`ForwardObserver`] instead of being waited on.
 
+mod batch;
 mod enrich;
+mod sink;
+#[cfg(test)]
+mod tests;
 
 use std::time::Duration;
 
 pub use enrich::{attr, enrich};
+pub use sink::{start, ForwardHandle, Forwarder};
 
 /// How the forward batches, queues and retries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +85,7 @@ impl ForwardOptions {
 }
 
 /// What happens to forwarded spans, for the collector's own metrics. Called from the forward's
-/// task and from `ForwardHandle::send`, so implementations must be cheap and never block.
+/// task and from [`ForwardHandle::send`], so implementations must be cheap and never block.
 pub trait ForwardObserver: Send + Sync + 'static {
     /// The downstream accepted these spans.
     fn sent(&self, spans: u64);
