@@ -1,4 +1,5 @@
 //! Where evaluated attempts go.
 
+pub mod forward;
 pub mod metrics;
 pub mod parquet;
