@@ -1,11 +1,14 @@
 //! Command line: parse arguments, load configuration, start.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+use retry_spend_collector::config::{parse_duration_arg, Config, ServeOverrides};
 use retry_spend_collector::pipeline::Engine;
 use retry_spend_collector::pricing::PricingBook;
 use retry_spend_collector::replay::replay;
@@ -17,11 +20,44 @@ use retry_spend_collector::sinks::parquet::SinkOptions;
 /// Prices LLM retries and fallbacks against the retry spend envelope each request names.
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+}
+
+/// Where `serve` looks for its configuration when `--config` is not given.
+const DEFAULT_CONFIG: &str = "config/collector.toml";
+
+#[derive(clap::Args, Default)]
+struct ServeArgs {
+    /// TOML configuration file [default: config/collector.toml if present, else built-in defaults]
+    #[arg(long, value_name = "FILE", env = "RETRY_SPEND_CONFIG")]
+    config: Option<PathBuf>,
+    /// OTLP/gRPC listen address [default: 127.0.0.1:4317]
+    #[arg(long, value_name = "ADDR", env = "RETRY_SPEND_GRPC_ADDR")]
+    grpc_addr: Option<SocketAddr>,
+    /// OTLP/HTTP listen address [default: 127.0.0.1:4318]
+    #[arg(long, value_name = "ADDR", env = "RETRY_SPEND_HTTP_ADDR")]
+    http_addr: Option<SocketAddr>,
+    /// Prometheus /metrics and /healthz listen address [default: 127.0.0.1:9464]
+    #[arg(long, value_name = "ADDR", env = "RETRY_SPEND_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// Directory of pricing snapshot files [default: config/pricing]
+    #[arg(long = "pricing", value_name = "DIR", env = "RETRY_SPEND_PRICING_DIR")]
+    pricing_dir: Option<PathBuf>,
+    /// Output directory: Parquet under OUTPUT/attempts/ [default: data]
+    #[arg(long = "output", value_name = "DIR", env = "RETRY_SPEND_OUTPUT_DIR")]
+    output_dir: Option<PathBuf>,
+    /// How long to wait for a request's attempts after its latest span, e.g. "10s"
+    #[arg(long, value_name = "DURATION", env = "RETRY_SPEND_GROUP_WAIT", value_parser = parse_duration_arg)]
+    group_wait: Option<Duration>,
+    /// Downstream OTLP gRPC endpoint to forward enriched spans to, e.g. http://127.0.0.1:14317
+    #[arg(long, value_name = "URL", env = "RETRY_SPEND_FORWARD_ENDPOINT")]
+    forward_endpoint: Option<String>,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the live collector (the default).
+    Serve(ServeArgs),
     /// Evaluate OTLP JSON lines (one ExportTraceServiceRequest per line) and write Parquet.
     Replay {
         /// Directory of pricing snapshot files.
@@ -62,7 +98,11 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
-    let result = match Cli::parse().command {
+    let result = match Cli::parse()
+        .command
+        .unwrap_or(Command::Serve(ServeArgs::default()))
+    {
+        Command::Serve(args) => serve(args),
         Command::Replay {
             pricing,
             output,
@@ -80,6 +120,51 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None if Path::new(DEFAULT_CONFIG).is_file() => Config::load(Path::new(DEFAULT_CONFIG))?,
+        None => Config::default(),
+    };
+    config.apply(ServeOverrides {
+        grpc_addr: args.grpc_addr,
+        http_addr: args.http_addr,
+        metrics_addr: args.metrics_addr,
+        pricing_dir: args.pricing_dir,
+        output_dir: args.output_dir,
+        group_wait: args.group_wait,
+        forward_endpoint: args.forward_endpoint,
+    });
+    config.validate("command line")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let collector = retry_spend_collector::service::start(config).await?;
+        wait_for_signal().await?;
+        collector.shutdown();
+        let summary = collector.wait().await?;
+        if summary.rows_lost > 0 {
+            anyhow::bail!("{} rows could not be written to Parquet", summary.rows_lost);
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM received"),
+        result = tokio::signal::ctrl_c() => {
+            result.context("cannot listen for SIGINT")?;
+            tracing::info!("SIGINT received");
+        }
+    }
+    Ok(())
 }
 
 fn load_book(dir: &Path) -> anyhow::Result<PricingBook> {

@@ -269,8 +269,12 @@ impl Grouper {
         self.groups.get(key).map_or(&[], Vec::as_slice)
     }
 
-    /// Whether the logical span has arrived and named an attempt count that is now reached.
+    /// Whether the logical span has arrived and named an attempt count that is now reached. A
+    /// plain GenAI span is a request of one attempt by definition: complete on arrival.
     pub fn is_complete(&self, key: &GroupKey) -> bool {
+        if matches!(key, GroupKey::Single { .. }) {
+            return self.groups.contains_key(key);
+        }
         let attempts = self.attempts(key);
         self.logical_for(key, attempts)
             .and_then(|l| l.attempt_count)

@@ -132,3 +132,4 @@ pub fn usd(rendered: &str) -> String {
         .trim_end_matches('.')
         .to_owned()
 }
+pub mod otel;

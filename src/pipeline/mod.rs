@@ -5,6 +5,10 @@
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
+mod worker;
+
+pub use worker::{Worker, WorkerSummary};
+
 use crate::assemble::{Grouper, Offer, Request};
 use crate::contract::{service_name, SpanFacts};
 use crate::pricing::PricingBook;
@@ -82,4 +86,18 @@ impl Engine {
     pub fn evaluate(&self, request: &Request) -> Vec<AttemptRow> {
         evaluate(request, &self.book, &self.rules)
     }
+}
+
+/// What the receivers and the clock send the pipeline worker.
+#[derive(Debug)]
+pub enum PipelineMessage {
+    Export {
+        request: ExportTraceServiceRequest,
+        transport: crate::receivers::Transport,
+    },
+    /// Time to evaluate groups whose wait has passed and to rotate files that are old enough.
+    Tick,
+    /// Answered once everything sent before it has been ingested and every ready request
+    /// evaluated: lets tests and tools wait for the pipeline without guessing.
+    Barrier(tokio::sync::oneshot::Sender<()>),
 }

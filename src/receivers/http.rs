@@ -1,0 +1,269 @@
+//! OTLP/HTTP receiver: `POST /v1/traces` with protobuf or JSON bodies, gzip accepted.
+
+use std::future::Future;
+use std::io::Read;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::serve::ListenerExt;
+use axum::Router;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use prost::Message;
+use tokio::net::TcpListener;
+
+use super::{Intake, Transport};
+
+pub const TRACES_PATH: &str = "/v1/traces";
+const PROTOBUF: &str = "application/x-protobuf";
+const JSON: &str = "application/json";
+/// Seconds a refused client is asked to wait before retrying.
+const RETRY_AFTER_SECONDS: &str = "5";
+
+#[derive(Clone)]
+struct HttpState {
+    intake: Intake,
+    max_request_bytes: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Protobuf,
+    Json,
+}
+
+/// `google.rpc.Status`, the body OTLP/HTTP servers answer errors with.
+#[derive(Clone, PartialEq, Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+}
+
+/// A refused export: the status, a metrics outcome label, and a message for the client.
+struct Refusal {
+    status: StatusCode,
+    outcome: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, outcome: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            outcome,
+            message: message.into(),
+        }
+    }
+
+    fn into_response(self, encoding: Option<Encoding>) -> Response {
+        // gRPC codes for the Status body: INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED.
+        let code = match self.status {
+            StatusCode::SERVICE_UNAVAILABLE => 14,
+            StatusCode::PAYLOAD_TOO_LARGE => 8,
+            _ => 3,
+        };
+        let status = RpcStatus {
+            code,
+            message: self.message,
+        };
+        let mut response = match encoding {
+            Some(Encoding::Protobuf) => {
+                ([(header::CONTENT_TYPE, PROTOBUF)], status.encode_to_vec()).into_response()
+            }
+            Some(Encoding::Json) => {
+                let body = serde_json::json!({ "code": status.code, "message": status.message });
+                ([(header::CONTENT_TYPE, JSON)], body.to_string()).into_response()
+            }
+            None => status.message.into_response(),
+        };
+        *response.status_mut() = self.status;
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(RETRY_AFTER_SECONDS),
+            );
+        }
+        response
+    }
+}
+
+pub fn router(intake: Intake, max_request_bytes: usize) -> Router {
+    Router::new()
+        .route(TRACES_PATH, post(export))
+        // The limit is enforced below, on the decoded size too; axum's own default is lower.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(HttpState {
+            intake,
+            max_request_bytes,
+        })
+}
+
+/// Serves the OTLP/HTTP receiver until `shutdown` resolves, then finishes requests in flight.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    // SDKs export one request at a time; Nagle's algorithm would stall each small answer.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn export(State(state): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    let metrics = state.intake.metrics();
+    let encoding = match content_encoding_of(&headers) {
+        Ok(encoding) => encoding,
+        Err(refusal) => {
+            metrics.export_request("http", refusal.outcome);
+            return refusal.into_response(None);
+        }
+    };
+    match accept(&state, &headers, body, encoding).await {
+        Ok(()) => {
+            metrics.export_request("http", "ok");
+            let response = ExportTraceServiceResponse {
+                partial_success: None,
+            };
+            match encoding {
+                Encoding::Protobuf => {
+                    ([(header::CONTENT_TYPE, PROTOBUF)], response.encode_to_vec()).into_response()
+                }
+                Encoding::Json => ([(header::CONTENT_TYPE, JSON)], "{}").into_response(),
+            }
+        }
+        Err(refusal) => {
+            metrics.export_request("http", refusal.outcome);
+            refusal.into_response(Some(encoding))
+        }
+    }
+}
+
+fn content_encoding_of(headers: &HeaderMap) -> Result<Encoding, Refusal> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let media_type = content_type.split(';').next().unwrap_or("").trim();
+    if media_type.eq_ignore_ascii_case(PROTOBUF) {
+        Ok(Encoding::Protobuf)
+    } else if media_type.eq_ignore_ascii_case(JSON) {
+        Ok(Encoding::Json)
+    } else {
+        Err(Refusal::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!("unsupported content type {content_type:?}: send {PROTOBUF} or {JSON}"),
+        ))
+    }
+}
+
+async fn accept(
+    state: &HttpState,
+    headers: &HeaderMap,
+    body: Body,
+    encoding: Encoding,
+) -> Result<(), Refusal> {
+    let limit = state.max_request_bytes;
+    let too_large = || {
+        Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("request body is larger than the {limit}-byte limit"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+        {
+            too_large()
+        } else {
+            Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!("cannot read request body: {e}"),
+            )
+        }
+    })?;
+    let bytes = decompress(headers, raw, limit)?;
+    let request = match encoding {
+        Encoding::Protobuf => ExportTraceServiceRequest::decode(bytes).map_err(|e| {
+            Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!("invalid OTLP protobuf: {e}"),
+            )
+        })?,
+        Encoding::Json => serde_json::from_slice(&bytes).map_err(|e| {
+            Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!("invalid OTLP JSON: {e}"),
+            )
+        })?,
+    };
+    state
+        .intake
+        .submit(request, Transport::Http)
+        .await
+        .map_err(|_closed| {
+            Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the collector is shutting down; retry later",
+            )
+        })
+}
+
+/// Undoes `Content-Encoding: gzip`, refusing bodies that inflate past the limit.
+fn decompress(headers: &HeaderMap, raw: Bytes, limit: usize) -> Result<Bytes, Refusal> {
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("identity")
+        .trim();
+    if encoding.eq_ignore_ascii_case("identity") || encoding.is_empty() {
+        return Ok(raw);
+    }
+    if !encoding.eq_ignore_ascii_case("gzip") {
+        return Err(Refusal::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!("unsupported content encoding {encoding:?}: send gzip or identity"),
+        ));
+    }
+    let mut inflated = Vec::with_capacity(raw.len().saturating_mul(4).min(limit));
+    flate2::read::GzDecoder::new(raw.as_ref())
+        .take(limit as u64 + 1)
+        .read_to_end(&mut inflated)
+        .map_err(|e| {
+            Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!("invalid gzip body: {e}"),
+            )
+        })?;
+    if inflated.len() > limit {
+        return Err(Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("decompressed request body is larger than the {limit}-byte limit"),
+        ));
+    }
+    Ok(Bytes::from(inflated))
+}

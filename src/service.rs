@@ -1,0 +1,265 @@
+//! `serve`: binds the receivers, starts the pipeline worker, the forwarder and the metrics
+//! endpoint, and shuts them down in the order that loses nothing.
+//!
+//! Shutdown order: stop accepting and finish the exports in flight (each is in the pipeline
+//! before it is answered OK) → the worker evaluates every pending request and completes every
+//! Parquet file → the forward queue drains within the deadline → the metrics endpoint stops.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::assemble::{Assembler, AssemblerOptions};
+use crate::config::Config;
+use crate::pipeline::{Engine, PipelineMessage, Worker, WorkerSummary};
+use crate::pricing::PricingBook;
+use crate::receivers::{grpc, http, Intake};
+use crate::rules::RulesConfig;
+use crate::sinks::forward::{self, ForwardObserver, ForwardOptions};
+use crate::sinks::metrics::{self, Health, Metrics};
+use crate::sinks::parquet::{ParquetSink, SinkOptions};
+
+/// Export requests the receivers may queue ahead of the worker before they wait.
+const PIPELINE_QUEUE: usize = 256;
+/// How often pending groups are checked against their wait and files against their age.
+const TICK: Duration = Duration::from_millis(200);
+
+/// A running collector.
+pub struct Collector {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    pipeline: mpsc::WeakSender<PipelineMessage>,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<anyhow::Result<WorkerSummary>>,
+}
+
+impl Collector {
+    /// Asks the collector to stop; [`Collector::wait`] returns once it has.
+    pub fn shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// Waits until every export answered so far has been ingested and every request that is
+    /// ready has been evaluated (requests still inside their group wait stay pending).
+    pub async fn sync(&self) -> anyhow::Result<()> {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        let stopped = || anyhow::anyhow!("the pipeline has stopped");
+        self.pipeline
+            .upgrade()
+            .ok_or_else(stopped)?
+            .send(PipelineMessage::Barrier(done))
+            .await
+            .map_err(|_| stopped())?;
+        wait.await.map_err(|_| stopped())
+    }
+
+    /// Waits for the collector to stop (after [`Collector::shutdown`]).
+    pub async fn wait(self) -> anyhow::Result<WorkerSummary> {
+        self.task.await.context("collector task failed")?
+    }
+}
+
+struct MetricsObserver(Arc<Metrics>);
+
+impl ForwardObserver for MetricsObserver {
+    fn sent(&self, spans: u64) {
+        self.0.spans_forwarded(spans);
+    }
+    fn failed(&self, spans: u64) {
+        self.0.forward_failures(spans);
+    }
+    fn dropped(&self, spans: u64) {
+        self.0.forward_spans_dropped(spans);
+    }
+}
+
+async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen for {what} on {addr}"))
+}
+
+/// Starts every component; returns once all listeners are bound.
+pub async fn start(config: Config) -> anyhow::Result<Collector> {
+    let processor = &config.processors.retry_spend;
+    let book = PricingBook::load_dir(&processor.pricing_dir)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| {
+            format!(
+                "cannot load pricing snapshots from {}",
+                processor.pricing_dir.display()
+            )
+        })?;
+    if book.is_empty() {
+        tracing::warn!(dir = %processor.pricing_dir.display(), "no pricing snapshots found: every envelope will be unknown_pricing_version");
+    }
+    let engine = Engine {
+        book,
+        rules: RulesConfig {
+            max_pricing_age_days: processor.max_pricing_age_days,
+        },
+    };
+    let assembler = Assembler::new(AssemblerOptions {
+        group_wait: processor.group_wait,
+        max_pending_requests: processor.max_pending_requests,
+        finished_cache_requests: processor.finished_cache_requests,
+    });
+    let parquet = &config.exporters.parquet;
+    let sink = ParquetSink::new(
+        &parquet.output_dir,
+        SinkOptions {
+            max_rows_per_file: parquet.max_rows_per_file,
+            max_bytes_per_file: parquet.max_bytes_per_file,
+            max_file_age: parquet.max_file_age,
+            row_group_rows: parquet.row_group_rows,
+        },
+    )
+    .with_context(|| {
+        format!(
+            "cannot write Parquet under {}",
+            parquet.output_dir.display()
+        )
+    })?;
+
+    let otlp = &config.receivers.otlp;
+    let grpc_listener = bind(otlp.grpc_addr, "OTLP/gRPC").await?;
+    let http_listener = bind(otlp.http_addr, "OTLP/HTTP").await?;
+    let metrics_listener = bind(config.telemetry.metrics_addr, "metrics").await?;
+    let grpc_addr = grpc_listener.local_addr()?;
+    let http_addr = http_listener.local_addr()?;
+    let metrics_addr = metrics_listener.local_addr()?;
+
+    let metrics = Metrics::new();
+    let health = Health::new();
+    let forward = &config.exporters.otlp_forward;
+    let forwarder = forward.endpoint.as_ref().map(|endpoint| {
+        forward::start(
+            ForwardOptions {
+                endpoint: endpoint.clone(),
+                max_batch_spans: forward.max_batch_spans,
+                max_batch_bytes: usize::try_from(forward.max_batch_bytes).unwrap_or(usize::MAX),
+                queue_capacity_spans: forward.queue_capacity_spans,
+                timeout: forward.timeout,
+                max_retries: forward.max_retries,
+                initial_backoff: forward.initial_backoff,
+                max_backoff: forward.max_backoff,
+            },
+            Arc::new(MetricsObserver(Arc::clone(&metrics))),
+        )
+        .with_context(|| format!("cannot forward to {endpoint}"))
+    });
+    let (forward_handle, forwarder) = match forwarder.transpose()? {
+        Some((handle, forwarder)) => (Some(handle), Some(forwarder)),
+        None => (None, None),
+    };
+
+    let (sender, receiver) = mpsc::channel(PIPELINE_QUEUE);
+    let worker = Worker::new(
+        engine,
+        assembler,
+        sink,
+        Arc::clone(&metrics),
+        Arc::clone(&health),
+        forward_handle,
+    );
+    let worker = std::thread::Builder::new()
+        .name("pipeline".into())
+        .spawn(move || worker.run(receiver))
+        .context("cannot start the pipeline thread")?;
+
+    let ticker = {
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(TICK);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                interval.tick().await;
+                // A full queue means the worker is busy and will tick soon enough.
+                if let Err(mpsc::error::TrySendError::Closed(_)) =
+                    sender.try_send(PipelineMessage::Tick)
+                {
+                    break;
+                }
+            }
+        })
+    };
+
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut task_shutdown = shutdown_rx.clone();
+    let stopped = move || {
+        let mut rx = shutdown_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let max_request_bytes = usize::try_from(otlp.max_request_bytes).unwrap_or(usize::MAX);
+    // A weak handle: the pipeline must end when the receivers are done, not when this is dropped.
+    let pipeline = sender.downgrade();
+    let intake = Intake::new(sender, Arc::clone(&metrics));
+    let grpc_server = tokio::spawn(grpc::serve(
+        grpc_listener,
+        intake.clone(),
+        max_request_bytes,
+        stopped(),
+    ));
+    let http_server = tokio::spawn(http::serve(
+        http_listener,
+        http::router(intake, max_request_bytes),
+        stopped(),
+    ));
+    let (metrics_stop, metrics_stop_rx) = watch::channel(false);
+    let metrics_server = tokio::spawn(metrics::serve(
+        metrics_listener,
+        metrics::router(Arc::clone(&metrics), Arc::clone(&health)),
+        async move {
+            let mut rx = metrics_stop_rx;
+            let _ = rx.wait_for(|stop| *stop).await;
+        },
+    ));
+    tracing::info!(%grpc_addr, %http_addr, %metrics_addr, output = %parquet.output_dir.display(), "collector listening");
+
+    let shutdown_timeout = config.service.shutdown_timeout;
+    let task = tokio::spawn(async move {
+        let _ = task_shutdown.wait_for(|stop| *stop).await;
+        tracing::info!("shutting down: finishing exports in flight");
+        // Receivers hold the only other senders; once they are done, the worker sees the end.
+        if let Err(e) = grpc_server.await? {
+            tracing::error!(error = %e, "OTLP/gRPC receiver failed");
+        }
+        if let Err(e) = http_server.await? {
+            tracing::error!(error = %e, "OTLP/HTTP receiver failed");
+        }
+        ticker.abort();
+        let _ = ticker.await;
+        let summary = tokio::task::spawn_blocking(move || worker.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("the pipeline thread panicked"))?;
+        if let Some(forwarder) = forwarder {
+            forwarder.shutdown(shutdown_timeout).await;
+        }
+        let _ = metrics_stop.send(true);
+        metrics_server.await??;
+        tracing::info!(
+            requests = summary.requests,
+            rows = summary.rows,
+            "collector stopped"
+        );
+        Ok(summary)
+    });
+    Ok(Collector {
+        grpc_addr,
+        http_addr,
+        metrics_addr,
+        metrics,
+        pipeline,
+        shutdown,
+        task,
+    })
+}
