@@ -74,6 +74,10 @@ fn samples(text: &str, family: &str) -> Vec<String> {
 /// Sends one HTTP/1.1 GET over a plain blocking socket; returns (status line, head, body).
 fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String, String) {
     let mut stream = std::net::TcpStream::connect(addr).expect("connect to the metrics server");
+    // A server that never answers fails the test instead of hanging it.
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("set read timeout");
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
