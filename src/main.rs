@@ -16,17 +16,25 @@ use retry_spend_collector::rules::RulesConfig;
 use retry_spend_collector::sinks::parquet::SinkOptions;
 
 #[derive(Parser)]
-#[command(name = "retry-spend-collector", version, about)]
+#[command(
+    name = "retry-spend-collector",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 /// Prices LLM retries and fallbacks against the retry spend envelope each request names.
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Without a subcommand the collector serves, and takes serve's options.
+    #[command(flatten)]
+    serve: ServeArgs,
 }
 
 /// Where `serve` looks for its configuration when `--config` is not given.
 const DEFAULT_CONFIG: &str = "config/collector.toml";
 
-#[derive(clap::Args, Default)]
+#[derive(clap::Args)]
 struct ServeArgs {
     /// TOML configuration file [default: config/collector.toml if present, else built-in defaults]
     #[arg(long, value_name = "FILE", env = "RETRY_SPEND_CONFIG")]
@@ -96,12 +104,11 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
-    let result = match Cli::parse()
-        .command
-        .unwrap_or(Command::Serve(ServeArgs::default()))
-    {
+    let cli = Cli::parse();
+    let result = match cli.command.unwrap_or(Command::Serve(cli.serve)) {
         Command::Serve(args) => serve(args),
         Command::Replay {
             pricing,

@@ -137,6 +137,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     let metrics_addr = metrics_listener.local_addr()?;
 
     let metrics = Metrics::new();
+    metrics.set_requests_pending_limit(processor.max_pending_requests as u64);
     let health = Health::new();
     let forward = &config.exporters.otlp_forward;
     let forwarder = forward.endpoint.as_ref().map(|endpoint| {
