@@ -3,6 +3,8 @@
 //! Reading never fails: a value of the wrong type or out of range is kept as "missing" or
 //! "invalid" here, and the rules turn it into the row's `unaudited_reason`.
 
+pub mod otlp_json;
+
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -365,8 +367,9 @@ fn boolean(value: &Value) -> Option<bool> {
     }
 }
 
+/// A string array, as a sorted set: `["qwen","glm"]` and `["glm","qwen"]` are one policy.
 fn string_array(value: &Value) -> Option<Vec<String>> {
-    match value {
+    let items: Option<Vec<String>> = match value {
         Value::ArrayValue(array) => array
             .values
             .iter()
@@ -376,7 +379,14 @@ fn string_array(value: &Value) -> Option<Vec<String>> {
             })
             .collect(),
         _ => None,
-    }
+    };
+    items.map(as_set)
+}
+
+fn as_set(mut items: Vec<String>) -> Vec<String> {
+    items.sort();
+    items.dedup();
+    items
 }
 
 fn small_int(count: Count) -> Option<i32> {
@@ -485,7 +495,8 @@ pub fn parse_envelope_json(json: &str) -> EnvelopeFields {
     env.allow_family_fallback = flag("allow_family_fallback");
     env.allowed_fallback_families = object
         .get("allowed_fallback_families")
-        .and_then(|raw| serde_json::from_str::<Vec<String>>(raw.get()).ok());
+        .and_then(|raw| serde_json::from_str::<Vec<String>>(raw.get()).ok())
+        .map(as_set);
     env.replay_safe = flag("replay_safe");
     env.task_type = text("task_type");
     env

@@ -11,3 +11,4 @@ pub mod replay;
 pub mod rules;
 pub mod service;
 pub mod sinks;
+pub mod wal;

@@ -40,13 +40,13 @@ struct ServeArgs {
     #[arg(long, value_name = "FILE", env = "RETRY_SPEND_CONFIG")]
     config: Option<PathBuf>,
     /// OTLP/gRPC listen address [default: 127.0.0.1:4317]
-    #[arg(long, value_name = "ADDR", env = "RETRY_SPEND_GRPC_ADDR")]
+    #[arg(long, value_name = "ADDR", env = "RETRY_SPEND_GRPC_ADDR", value_parser = parse_listen_addr)]
     grpc_addr: Option<SocketAddr>,
     /// OTLP/HTTP listen address [default: 127.0.0.1:4318]
-    #[arg(long, value_name = "ADDR", env = "RETRY_SPEND_HTTP_ADDR")]
+    #[arg(long, value_name = "ADDR", env = "RETRY_SPEND_HTTP_ADDR", value_parser = parse_listen_addr)]
     http_addr: Option<SocketAddr>,
     /// Prometheus /metrics and /healthz listen address [default: 127.0.0.1:9464]
-    #[arg(long, value_name = "ADDR", env = "RETRY_SPEND_METRICS_ADDR")]
+    #[arg(long, value_name = "ADDR", env = "RETRY_SPEND_METRICS_ADDR", value_parser = parse_listen_addr)]
     metrics_addr: Option<SocketAddr>,
     /// Directory of pricing snapshot files [default: config/pricing]
     #[arg(long = "pricing", value_name = "DIR", env = "RETRY_SPEND_PRICING_DIR")]
@@ -69,10 +69,20 @@ enum Command {
     /// Evaluate OTLP JSON lines (one ExportTraceServiceRequest per line) and write Parquet.
     Replay {
         /// Directory of pricing snapshot files.
-        #[arg(long, value_name = "DIR", default_value = "config/pricing")]
+        #[arg(
+            long,
+            value_name = "DIR",
+            default_value = "config/pricing",
+            env = "RETRY_SPEND_PRICING_DIR"
+        )]
         pricing: PathBuf,
         /// Output directory; rows go to OUTPUT/attempts/date=YYYY-MM-DD/.
-        #[arg(long, value_name = "DIR", default_value = "data")]
+        #[arg(
+            long,
+            value_name = "DIR",
+            default_value = "data",
+            env = "RETRY_SPEND_OUTPUT_DIR"
+        )]
         output: PathBuf,
         /// A snapshot checked more than this many days before a span is stale.
         #[arg(long, value_name = "DAYS", default_value_t = RulesConfig::default().max_pricing_age_days)]
@@ -150,8 +160,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
+        // Handlers first: a signal that arrives while starting must not take the default action.
+        use tokio::signal::unix::{signal, SignalKind};
+        let terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+        let hangup = signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?;
         let collector = retry_spend_collector::service::start(config).await?;
-        wait_for_signal().await?;
+        wait_for_signal(&collector, terminate, hangup).await?;
         collector.shutdown();
         let summary = collector.wait().await?;
         if summary.rows_lost > 0 {
@@ -161,17 +175,40 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot listen for SIGTERM")?;
-    tokio::select! {
-        _ = terminate.recv() => tracing::info!("SIGTERM received"),
-        result = tokio::signal::ctrl_c() => {
-            result.context("cannot listen for SIGINT")?;
-            tracing::info!("SIGINT received");
+/// Waits for SIGTERM or SIGINT; SIGHUP reloads the pricing snapshots meanwhile.
+async fn wait_for_signal(
+    collector: &retry_spend_collector::service::Collector,
+    mut terminate: tokio::signal::unix::Signal,
+    mut hangup: tokio::signal::unix::Signal,
+) -> anyhow::Result<()> {
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => {
+                tracing::info!("SIGTERM received");
+                return Ok(());
+            }
+            result = tokio::signal::ctrl_c() => {
+                result.context("cannot listen for SIGINT")?;
+                tracing::info!("SIGINT received");
+                return Ok(());
+            }
+            _ = hangup.recv() => match collector.reload_pricing().await {
+                Ok(snapshots) => tracing::info!(snapshots, "SIGHUP: pricing snapshots reloaded"),
+                Err(e) => tracing::error!("SIGHUP: {e:#}; keeping the snapshots in use"),
+            },
         }
     }
-    Ok(())
+}
+
+/// `IP:PORT`, or `HOST:PORT` resolved once at start (`localhost:4317`).
+fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    std::net::ToSocketAddrs::to_socket_addrs(text)
+        .map_err(|e| format!("{text:?} is not HOST:PORT: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
 }
 
 fn load_book(dir: &Path) -> anyhow::Result<PricingBook> {
@@ -229,6 +266,23 @@ fn pricing_check(dir: &Path) -> anyhow::Result<ExitCode> {
             s.digest,
             s.path.display()
         );
+        let groups: Vec<String> = s
+            .group_ratio
+            .iter()
+            .map(|(g, r)| format!("{g}={r}"))
+            .collect();
+        println!("  group_ratio: {}", groups.join(", "));
+        for (name, price) in &s.models {
+            let cached = price
+                .cached_input
+                .map_or_else(|| "input price".to_owned(), |c| c.to_string());
+            println!(
+                "  {name}  family {}  input {}  output {}  cached_input {cached}  USD per million tokens",
+                price.family.as_deref().unwrap_or("-"),
+                price.input,
+                price.output,
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,7 +5,6 @@ use std::fmt;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use rust_decimal::Decimal;
 
 use crate::assemble::Grouper;
@@ -139,7 +138,7 @@ pub fn replay(
                 continue;
             }
             summary.lines += 1;
-            match serde_json::from_str::<ExportTraceServiceRequest>(&line) {
+            match crate::contract::otlp_json::parse_request(line.as_bytes()) {
                 Ok(request) => summary.ingest.add(ingest(&mut grouper, &request, |_| {})),
                 Err(e) => {
                     let bad = BadLine {

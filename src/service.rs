@@ -36,6 +36,7 @@ pub struct Collector {
     pub metrics_addr: SocketAddr,
     pub metrics: Arc<Metrics>,
     pipeline: mpsc::WeakSender<PipelineMessage>,
+    pricing_dir: std::path::PathBuf,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<WorkerSummary>>,
 }
@@ -58,6 +59,27 @@ impl Collector {
             .await
             .map_err(|_| stopped())?;
         wait.await.map_err(|_| stopped())
+    }
+
+    /// Reloads every pricing snapshot (what SIGHUP does). A directory with errors is refused
+    /// and the snapshots in use stay; old snapshots stay loadable as long as their files do.
+    pub async fn reload_pricing(&self) -> anyhow::Result<usize> {
+        let book = PricingBook::load_dir(&self.pricing_dir)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| {
+                format!(
+                    "cannot reload pricing snapshots from {}",
+                    self.pricing_dir.display()
+                )
+            })?;
+        let snapshots = book.len();
+        self.pipeline
+            .upgrade()
+            .ok_or_else(|| anyhow::anyhow!("the pipeline has stopped"))?
+            .send(PipelineMessage::ReloadPricing(Box::new(book)))
+            .await
+            .map_err(|_| anyhow::anyhow!("the pipeline has stopped"))?;
+        Ok(snapshots)
     }
 
     /// Waits for the collector to stop (after [`Collector::shutdown`]).
@@ -227,6 +249,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     tracing::info!(%grpc_addr, %http_addr, %metrics_addr, output = %parquet.output_dir.display(), "collector listening");
 
     let shutdown_timeout = config.service.shutdown_timeout;
+    let pricing_dir = config.processors.retry_spend.pricing_dir.clone();
     let task = tokio::spawn(async move {
         let _ = task_shutdown.wait_for(|stop| *stop).await;
         tracing::info!("shutting down: finishing exports in flight");
@@ -260,6 +283,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         metrics_addr,
         metrics,
         pipeline,
+        pricing_dir,
         shutdown,
         task,
     })

@@ -589,3 +589,29 @@ fn pricing_check_fails_naming_file_and_field() {
         "{stderr}"
     );
 }
+
+#[test]
+fn nan_and_infinite_doubles_in_json_count_as_missing_not_as_a_bad_line() {
+    let text = std::fs::read_to_string(EXAMPLE).unwrap();
+    let mut lines = text.lines();
+    let (first, logical) = (lines.next().unwrap(), lines.next().unwrap());
+    // The SDK's own estimate on req-glm-retry's retry becomes NaN, its remaining "Infinity".
+    let line = first
+        .replace(
+            r#"{"stringValue":"0.00766626"}"#,
+            r#"{"doubleValue":"NaN"}"#,
+        )
+        .replace(
+            r#"{"stringValue":"0.00733374"}"#,
+            r#"{"doubleValue":"Infinity"}"#,
+        );
+    assert_ne!(line, first);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("nan.jsonl");
+    std::fs::write(&input, format!("{line}\n{logical}\n")).unwrap();
+    let (_out, rows) = replay_ok(&[&input]);
+    let retry = rows.iter().find(|r| r["attempt_index"] == "1").unwrap();
+    assert_eq!(retry["sdk_estimated_incremental_usd"], "NULL");
+    assert_eq!(retry["sdk_remaining_envelope_usd"], "NULL");
+    assert_eq!(retry["decision"], "within_envelope");
+}

@@ -92,6 +92,14 @@ fn request(n: usize) -> Vec<SpanData> {
 
 /// Starts the binary on ephemeral ports and reads the gRPC address from its start-up log.
 fn start(output: &std::path::Path) -> (Child, SocketAddr) {
+    let (child, addrs, _log) = start_with_log(output);
+    (child, addrs)
+}
+
+/// Like [`start`], also handing over the rest of the log, one line per message.
+fn start_with_log(
+    output: &std::path::Path,
+) -> (Child, SocketAddr, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
         .args([
             "serve",
@@ -129,8 +137,52 @@ fn start(output: &std::path::Path) -> (Child, SocketAddr) {
         }
     };
     // Keep draining the log so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
+    let (log, log_lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = log.send(line);
+        }
+    });
+    (child, addr, log_lines)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_pricing_and_keeps_serving() {
+    let out = tempfile::tempdir().unwrap();
+    let (mut child, addr, log) = start_with_log(out.path());
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let reloaded = tokio::task::spawn_blocking(move || {
+        log.iter()
+            .find(|line| line.contains("pricing snapshots reloaded"))
+            .is_some()
+    });
+    assert!(reloaded.await.unwrap(), "the reload is logged");
+
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(format!("http://{addr}"))
+        .build()
+        .unwrap();
+    exporter
+        .export(request(1))
+        .await
+        .expect("still serving after SIGHUP");
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(read_table(out.path()).1.len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

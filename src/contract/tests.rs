@@ -309,3 +309,27 @@ fn service_name_defaults_to_unknown_service() {
         "billing"
     );
 }
+
+#[test]
+fn fallback_families_are_a_set() {
+    let families = |values: &[&str]| {
+        let array = ArrayValue {
+            values: values
+                .iter()
+                .map(|v| AnyValue { value: Some(s(v)) })
+                .collect(),
+        };
+        facts(vec![kv(
+            attr::ALLOWED_FALLBACK_FAMILIES,
+            Value::ArrayValue(array),
+        )])
+        .envelope
+        .allowed_fallback_families
+    };
+    assert_eq!(
+        families(&["qwen", "glm", "qwen"]),
+        families(&["glm", "qwen"])
+    );
+    let json = parse_envelope_json(r#"{"allowed_fallback_families": ["qwen", "glm"]}"#);
+    assert_eq!(json.allowed_fallback_families, families(&["glm", "qwen"]));
+}

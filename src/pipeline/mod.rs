@@ -100,4 +100,6 @@ pub enum PipelineMessage {
     /// Answered once everything sent before it has been ingested and every ready request
     /// evaluated: lets tests and tools wait for the pipeline without guessing.
     Barrier(tokio::sync::oneshot::Sender<()>),
+    /// New pricing snapshots (SIGHUP): requests evaluated from now on use them.
+    ReloadPricing(Box<PricingBook>),
 }

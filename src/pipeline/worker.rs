@@ -91,6 +91,7 @@ impl Worker {
                 PipelineMessage::Barrier(done) => {
                     let _ = done.send(());
                 }
+                PipelineMessage::ReloadPricing(book) => self.engine.book = *book,
             }
         }
         let pending = self.assembler.drain_all();

@@ -209,7 +209,7 @@ async fn accept(
                 format!("invalid OTLP protobuf: {e}"),
             )
         })?,
-        Encoding::Json => serde_json::from_slice(&bytes).map_err(|e| {
+        Encoding::Json => crate::contract::otlp_json::parse_request(&bytes).map_err(|e| {
             Refusal::new(
                 StatusCode::BAD_REQUEST,
                 "invalid",

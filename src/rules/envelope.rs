@@ -26,8 +26,8 @@ impl Envelope {
 
 /// Merges the logical span's and every attempt's envelope; attempts must already be in order.
 ///
-/// Values are compared after parsing and an absent value never conflicts. On a conflict the
-/// figures come from the logical request span, else from the lowest-index attempt that has one.
+/// Values are compared after parsing and an absent value never conflicts. On a conflict each
+/// figure comes from the logical request span, else from the lowest-index attempt that has it.
 pub fn resolve(request: &Request) -> Envelope {
     let sources: Vec<&EnvelopeFields> = request
         .logical
@@ -61,47 +61,13 @@ pub fn resolve(request: &Request) -> Envelope {
         conflict |= merge(&mut merged.replay_safe, &source.replay_safe);
         conflict |= merge(&mut merged.task_type, &source.task_type);
     }
-    if !conflict {
-        return Envelope {
-            fields: merged,
-            conflict,
-        };
+    // Sources are in precedence order (logical span first, then attempts by index) and `merge`
+    // keeps the first value it meets, so on a conflict each figure already comes from the
+    // logical request span, else from the lowest-index attempt that states it.
+    Envelope {
+        fields: merged,
+        conflict,
     }
-
-    let authoritative = request
-        .logical
-        .iter()
-        .find(|l| l.has_envelope())
-        .or_else(|| request.attempts.iter().find(|a| a.has_envelope()));
-    let mut fields = EnvelopeFields::default();
-    if let Some(span) = authoritative {
-        // Within the one span, flat attributes and the JSON policy complete each other.
-        for source in std::iter::once(&span.envelope).chain(span.envelope_json.as_ref()) {
-            fields.present |= source.present;
-            fields.json_invalid |= source.json_invalid;
-            fill(&mut fields.pricing_source, &source.pricing_source);
-            fill(&mut fields.pricing_checked_at, &source.pricing_checked_at);
-            fill(&mut fields.pricing_version, &source.pricing_version);
-            fill(&mut fields.billing_group, &source.billing_group);
-            fill(&mut fields.max_incremental_usd, &source.max_incremental_usd);
-            fill(
-                &mut fields.max_attempts_after_first,
-                &source.max_attempts_after_first,
-            );
-            fill(
-                &mut fields.allow_family_fallback,
-                &source.allow_family_fallback,
-            );
-            fill(
-                &mut fields.allowed_fallback_families,
-                &source.allowed_fallback_families,
-            );
-            fill(&mut fields.replay_safe, &source.replay_safe);
-            fill(&mut fields.task_type, &source.task_type);
-        }
-    }
-    fields.present = true;
-    Envelope { fields, conflict }
 }
 
 /// Takes `value` when nothing is known yet; reports whether it disagrees with what is.
@@ -113,11 +79,5 @@ fn merge<T: Clone + PartialEq>(known: &mut Option<T>, value: &Option<T>) -> bool
             false
         }
         (Some(k), Some(v)) => k != v,
-    }
-}
-
-fn fill<T: Clone>(known: &mut Option<T>, value: &Option<T>) {
-    if known.is_none() {
-        known.clone_from(value);
     }
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use rust_decimal::Decimal;
 
-use crate::assemble::Request;
+use crate::assemble::{GroupKey, Request};
 use crate::contract::{Count, SpanFacts, SpanId};
 use crate::pricing::{cost_usd, ModelPrice, PricingBook, Snapshot, Usage};
 use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
@@ -104,7 +104,14 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
 
     let first = priced.iter().find(|p| p.index == 0);
     let present_indices: BTreeSet<i32> = priced.iter().map(|p| p.index).collect();
-    let request_id = ordered.key.request_id();
+    // Attempts grouped under their parent still carry the request id their logical span names.
+    let request_id = match (&ordered.key, ordered.logical.as_ref()) {
+        (GroupKey::Parent { .. }, Some(logical)) => logical
+            .request_id
+            .clone()
+            .unwrap_or_else(|| ordered.key.request_id()),
+        _ => ordered.key.request_id(),
+    };
 
     let mut rows = Vec::with_capacity(priced.len());
     let mut running_incremental = Some(Decimal::ZERO);

@@ -40,7 +40,7 @@ fn envelope() -> EnvelopeFields {
         max_incremental_usd: Some(d("0.015")),
         max_attempts_after_first: Some(2),
         allow_family_fallback: Some(true),
-        allowed_fallback_families: Some(vec!["deepseek".into(), "qwen".into(), "glm".into()]),
+        allowed_fallback_families: Some(vec!["deepseek".into(), "glm".into(), "qwen".into()]),
         task_type: Some("support_summary".into()),
         ..Default::default()
     }
@@ -684,4 +684,49 @@ fn late_retry_is_judged_with_the_attempts_already_written() {
     assert_eq!(rows[0].attempt_index, 2);
     assert_eq!(rows[0].cumulative_incremental_usd, Some(d("0.01533252")));
     assert_eq!(rows[0].decision, Decision::OverEnvelope);
+}
+
+#[test]
+fn envelope_conflict_takes_each_figure_from_the_logical_span_else_the_lowest_index() {
+    let partial = EnvelopeFields {
+        present: true,
+        billing_group: Some("default".into()),
+        ..Default::default()
+    };
+    let full = |a: SpanFacts| with(a, |a| a.envelope = envelope());
+    let rows = eval_with(
+        partial,
+        vec![full(attempt(0, "glm-5")), full(attempt(1, "glm-5"))],
+    );
+    assert_eq!(rows[1].unaudited_reason, Some(R::EnvelopeConflict));
+    assert_eq!(rows[1].billing_group.as_deref(), Some("default"));
+    assert_eq!(rows[1].max_incremental_usd, Some(d("0.015")));
+    assert_eq!(rows[1].planned_attempt_usd, Some(d("0.02299878")));
+}
+
+#[test]
+fn family_lists_in_another_order_do_not_conflict() {
+    let retry = with(attempt(1, "glm-5"), |a| {
+        a.envelope = EnvelopeFields {
+            present: true,
+            allowed_fallback_families: Some(vec!["deepseek".into(), "glm".into(), "qwen".into()]),
+            ..Default::default()
+        };
+    });
+    assert!(eval(vec![attempt(0, "glm-5"), retry])[1].audited);
+}
+
+#[test]
+fn parent_grouped_attempts_take_the_request_id_of_their_logical_span() {
+    let mut request = request_with(envelope(), vec![attempt(0, "glm-5")]);
+    request.key = GroupKey::Parent {
+        trace_id: [7; 16],
+        parent_span_id: Some([99; 8]),
+    };
+    request.attempts[0].request_id = None;
+    if let Some(l) = request.logical.as_mut() {
+        l.request_id = Some("req-from-logical".into());
+    }
+    let rows = evaluate(&request, &book(), &RulesConfig::default());
+    assert_eq!(rows[0].request_id, "req-from-logical");
 }

@@ -15,7 +15,10 @@ use std::io;
 use std::path::PathBuf;
 
 pub use batch::{decimal_to_scaled_i128, rows_to_batch};
-pub use sink::{ParquetSink, SinkOptions, SinkStats, TABLE_DIR};
+mod written;
+
+pub use sink::{LsnRange, ParquetSink, SinkOptions, SinkStats, TABLE_DIR, WAL_LSN_KEY};
+pub use written::{remove_temporary_files, written_spans};
 
 /// Everything that can go wrong writing the `attempts` table. Each I/O case names the path, so
 /// the operator knows which directory or disk to look at.

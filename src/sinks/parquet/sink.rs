@@ -116,7 +116,28 @@ struct OpenFile {
     writer: ArrowWriter<File>,
     rows: usize,
     opened_at: Instant,
+    /// The write-ahead log records its rows came from; recorded in the footer on completion.
+    wal: Option<LsnRange>,
 }
+
+/// Write-ahead log sequence numbers of the records a file's rows came from (inclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LsnRange {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl LsnRange {
+    fn widen(self, other: LsnRange) -> LsnRange {
+        LsnRange {
+            min: self.min.min(other.min),
+            max: self.max.max(other.max),
+        }
+    }
+}
+
+/// Footer key holding a file's [`LsnRange`] as `min-max`.
+pub const WAL_LSN_KEY: &str = "retry_spend.wal_lsn";
 
 impl OpenFile {
     fn estimated_bytes(&self) -> u64 {
@@ -165,6 +186,16 @@ impl ParquetSink {
     /// abandoned (its rows are counted in [`SinkStats::rows_lost`]) and the error returned;
     /// partitions written before it keep their rows.
     pub fn write(&mut self, rows: &[AttemptRow]) -> Result<Vec<PathBuf>, ParquetSinkError> {
+        self.write_from_wal(rows, None)
+    }
+
+    /// [`write`](Self::write) for rows evaluated from write-ahead log records `wal`: each file
+    /// records in its footer which records it covers, so recovery never writes a row twice.
+    pub fn write_from_wal(
+        &mut self,
+        rows: &[AttemptRow],
+        wal: Option<LsnRange>,
+    ) -> Result<Vec<PathBuf>, ParquetSinkError> {
         let mut by_date: BTreeMap<NaiveDate, Vec<&AttemptRow>> = BTreeMap::new();
         for row in rows {
             by_date.entry(row.partition_date()).or_default().push(row);
@@ -177,9 +208,18 @@ impl ParquetSink {
 
         let mut completed = Vec::new();
         for (date, batch) in batches {
-            self.append(date, &batch, &mut completed)?;
+            self.append(date, &batch, wal, &mut completed)?;
         }
         Ok(completed)
+    }
+
+    /// The oldest write-ahead log record with rows in a file not yet complete: the log must be
+    /// kept from there on.
+    pub fn oldest_open_lsn(&self) -> Option<u64> {
+        self.open
+            .values()
+            .filter_map(|f| f.wal.map(|w| w.min))
+            .min()
     }
 
     /// Completes every file opened at least `max_file_age` before `now`. The caller owns the
@@ -211,6 +251,7 @@ impl ParquetSink {
         &mut self,
         date: NaiveDate,
         batch: &RecordBatch,
+        wal: Option<LsnRange>,
         completed: &mut Vec<PathBuf>,
     ) -> Result<(), ParquetSinkError> {
         let max_rows = self.options.max_rows_per_file;
@@ -223,6 +264,9 @@ impl ParquetSink {
                     entry.insert(create_file(&self.table_dir, &self.properties, date)?)
                 }
             };
+            if let Some(range) = wal {
+                file.wal = Some(file.wal.map_or(range, |known| known.widen(range)));
+            }
             let take = (max_rows - file.rows).min(batch.num_rows() - offset);
             let full = match file.writer.write(&batch.slice(offset, take)) {
                 Ok(()) => {
@@ -362,6 +406,7 @@ fn create_file(
             writer,
             rows: 0,
             opened_at: Instant::now(),
+            wal: None,
         });
     }
     Err(ParquetSinkError::Create {
@@ -382,9 +427,16 @@ fn publish(file: OpenFile) -> Result<PathBuf, PublishError> {
     let OpenFile {
         temp_path,
         final_path,
-        writer,
+        mut writer,
+        wal,
         ..
     } = file;
+    if let Some(range) = wal {
+        writer.append_key_value_metadata(parquet::file::metadata::KeyValue::new(
+            WAL_LSN_KEY.to_owned(),
+            format!("{}-{}", range.min, range.max),
+        ));
+    }
     if let Err(error) = finish_temp(writer, &temp_path, &final_path) {
         remove_temp(&temp_path);
         return Err(PublishError::Hidden(error));

@@ -1,0 +1,213 @@
+//! Appending: batches of records, one write and (by policy) one fsync per batch, segment
+//! rotation, and deletion of segments every row of which is in a completed Parquet file.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::segment::encode_record;
+use super::{segment_path, FsyncPolicy, Recovery, WalError, WalOptions};
+
+struct Sealed {
+    path: PathBuf,
+    /// Last LSN it holds (`None`: empty); it may go once everything up to here is written.
+    last_lsn: Option<u64>,
+}
+
+pub struct WalWriter {
+    options: WalOptions,
+    current: Option<Current>,
+    sealed: VecDeque<Sealed>,
+    next_lsn: u64,
+    buffer: Vec<u8>,
+    unsynced_since: Option<Instant>,
+}
+
+struct Current {
+    path: PathBuf,
+    file: File,
+    bytes: u64,
+    last_lsn: Option<u64>,
+}
+
+impl WalWriter {
+    /// Continues after `recovery`: its segments stay (sealed) until released; new records go to
+    /// a new segment.
+    pub fn open(options: WalOptions, recovery: &Recovery) -> WalWriter {
+        let sealed = recovery
+            .segments
+            .iter()
+            .map(|s| Sealed {
+                path: s.path.clone(),
+                last_lsn: s.last_lsn,
+            })
+            .collect();
+        WalWriter {
+            options,
+            current: None,
+            sealed,
+            next_lsn: recovery.next_lsn.max(1),
+            buffer: Vec::new(),
+            unsynced_since: None,
+        }
+    }
+
+    pub fn dir(&self) -> &std::path::Path {
+        &self.options.dir
+    }
+
+    /// Appends `payloads` as consecutive records and returns the LSN of the first. On error
+    /// nothing of the batch counts as written: the segment is cut back to where it was.
+    pub fn append(&mut self, payloads: &[&[u8]]) -> Result<u64, WalError> {
+        let first_lsn = self.next_lsn;
+        self.buffer.clear();
+        for (i, payload) in payloads.iter().enumerate() {
+            encode_record(&mut self.buffer, first_lsn + i as u64, payload);
+        }
+        self.ensure_current()?;
+        let fsync = self.options.fsync;
+        let Some(current) = self.current.as_mut() else {
+            return Err(WalError::io(
+                &self.options.dir,
+                std::io::Error::other("no current segment"),
+            ));
+        };
+        let result = current
+            .file
+            .write_all(&self.buffer)
+            .and_then(|()| match fsync {
+                FsyncPolicy::Always => current.file.sync_data(),
+                FsyncPolicy::Interval(_) | FsyncPolicy::Off => Ok(()),
+            });
+        if let Err(source) = result {
+            let path = current.path.clone();
+            // Cut the partial batch off so later records are not stranded behind a torn one;
+            // if even that fails, the segment is sealed and recovery truncates it.
+            let cut = current
+                .file
+                .set_len(current.bytes)
+                .and_then(|()| current.file.seek(SeekFrom::Start(current.bytes)).map(drop));
+            if cut.is_err() {
+                self.seal();
+            }
+            return Err(WalError::io(&path, source));
+        }
+        current.bytes += self.buffer.len() as u64;
+        if !payloads.is_empty() {
+            current.last_lsn = Some(first_lsn + payloads.len() as u64 - 1);
+        }
+        let full = current.bytes >= self.options.segment_bytes;
+        self.next_lsn += payloads.len() as u64;
+        if fsync != FsyncPolicy::Always {
+            self.unsynced_since.get_or_insert_with(Instant::now);
+        }
+        if full {
+            self.seal();
+        }
+        Ok(first_lsn)
+    }
+
+    /// For the `interval` policy: fsyncs when the oldest unsynced append is old enough.
+    pub fn sync_if_due(&mut self, now: Instant) -> Result<(), WalError> {
+        let FsyncPolicy::Interval(interval) = self.options.fsync else {
+            return Ok(());
+        };
+        if self
+            .unsynced_since
+            .is_some_and(|since| now.duration_since(since) >= interval)
+        {
+            if let Some(current) = &self.current {
+                current
+                    .file
+                    .sync_data()
+                    .map_err(|e| WalError::io(&current.path, e))?;
+            }
+            self.unsynced_since = None;
+        }
+        Ok(())
+    }
+
+    /// Deletes sealed segments all of whose records are below `lsn` (every row from them is in
+    /// a completed Parquet file). Returns how many went.
+    pub fn release_below(&mut self, lsn: u64) -> usize {
+        let mut released = 0;
+        while let Some(oldest) = self.sealed.front() {
+            if oldest.last_lsn.is_some_and(|last| last >= lsn) {
+                break;
+            }
+            if let Some(segment) = self.sealed.pop_front() {
+                match std::fs::remove_file(&segment.path) {
+                    Ok(()) => released += 1,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => released += 1,
+                    Err(e) => {
+                        tracing::warn!(path = %segment.path.display(), error = %e, "cannot delete write-ahead log segment");
+                        self.sealed.push_front(segment);
+                        break;
+                    }
+                }
+            }
+        }
+        if released > 0 {
+            sync_dir(&self.options.dir);
+        }
+        released
+    }
+
+    /// Segments on disk, the current one included.
+    pub fn segments(&self) -> usize {
+        self.sealed.len() + usize::from(self.current.is_some())
+    }
+
+    pub fn next_lsn(&self) -> u64 {
+        self.next_lsn
+    }
+
+    /// Seals the current segment, syncing it first so it is complete on disk.
+    pub fn seal(&mut self) {
+        if let Some(current) = self.current.take() {
+            if let Err(e) = current.file.sync_data() {
+                tracing::warn!(path = %current.path.display(), error = %e, "cannot sync write-ahead log segment");
+            }
+            self.sealed.push_back(Sealed {
+                path: current.path,
+                last_lsn: current.last_lsn,
+            });
+        }
+    }
+
+    fn ensure_current(&mut self) -> Result<(), WalError> {
+        if self.current.is_none() {
+            let dir = &self.options.dir;
+            std::fs::create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
+            let path = segment_path(dir, self.next_lsn);
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .open(&path)
+                .map_err(|e| WalError::io(&path, e))?;
+            sync_dir(dir);
+            self.current = Some(Current {
+                path,
+                file,
+                bytes: 0,
+                last_lsn: None,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for WalWriter {
+    fn drop(&mut self) {
+        self.seal();
+    }
+}
+
+fn sync_dir(dir: &std::path::Path) {
+    if let Err(e) = File::open(dir).and_then(|d| d.sync_all()) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot sync write-ahead log directory");
+    }
+}
