@@ -29,6 +29,7 @@ pub struct Config {
     pub exporters: ExportersConfig,
     pub telemetry: TelemetryConfig,
     pub service: ServiceConfig,
+    pub wal: WalConfig,
 }
 
 /// `[receivers]`: where spans come in.
@@ -46,6 +47,9 @@ pub struct OtlpReceiverConfig {
     pub http_addr: SocketAddr,
     /// Largest accepted request body, after decompression.
     pub max_request_bytes: u64,
+    /// Memory bound on accepted requests not yet taken by the pipeline; above it, exports are
+    /// refused with the retryable answers OTLP clients back off on.
+    pub max_in_flight_bytes: u64,
 }
 
 impl Default for OtlpReceiverConfig {
@@ -54,6 +58,7 @@ impl Default for OtlpReceiverConfig {
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 4317)),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 4318)),
             max_request_bytes: OTLP_RECEIVE_LIMIT_BYTES,
+            max_in_flight_bytes: 256 * MIB,
         }
     }
 }
@@ -194,6 +199,53 @@ impl Default for ServiceConfig {
             shutdown_timeout: Duration::from_secs(30),
         }
     }
+}
+
+/// `[wal]`: the write-ahead log that makes an acknowledged export survive a crash.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WalConfig {
+    /// Empty: `<output_dir>/wal`, so one output directory holds a collector's whole state.
+    pub dir: PathBuf,
+    pub segment_bytes: u64,
+    pub fsync: FsyncMode,
+    /// For `fsync = "interval"`: the longest an acknowledged export may stay unsynced.
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub fsync_interval: Duration,
+}
+
+impl Default for WalConfig {
+    fn default() -> Self {
+        WalConfig {
+            dir: PathBuf::new(),
+            segment_bytes: 64 * MIB,
+            fsync: FsyncMode::Always,
+            fsync_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl WalConfig {
+    /// Where the log lives for a given output directory.
+    pub fn dir_for(&self, output_dir: &std::path::Path) -> PathBuf {
+        if self.dir.as_os_str().is_empty() {
+            output_dir.join("wal")
+        } else {
+            self.dir.clone()
+        }
+    }
+}
+
+/// When the write-ahead log is forced to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncMode {
+    /// Before each export is answered (concurrent exports share one fsync). Survives power loss.
+    Always,
+    /// Every `fsync_interval`: a power loss can lose that window's acknowledged exports.
+    Interval,
+    /// Left to the OS: fastest, survives a process crash but not a power loss.
+    Off,
 }
 
 /// Values from `serve` flags and their `RETRY_SPEND_*` environment variables; `None` keeps the
@@ -350,6 +402,17 @@ impl Config {
             otlp.max_request_bytes > 0,
             "receivers.otlp.max_request_bytes",
             ABOVE_ZERO,
+        );
+        check(
+            otlp.max_in_flight_bytes >= otlp.max_request_bytes,
+            "receivers.otlp.max_in_flight_bytes",
+            "must be at least receivers.otlp.max_request_bytes, or no large request could ever pass",
+        );
+        check(self.wal.segment_bytes > 0, "wal.segment_bytes", ABOVE_ZERO);
+        check(
+            self.wal.fsync != FsyncMode::Interval || !self.wal.fsync_interval.is_zero(),
+            "wal.fsync_interval",
+            "must be above zero when fsync = \"interval\"",
         );
         // Port 0 asks the OS for a free port, so two zero ports never collide.
         let collides = |a: SocketAddr, b: SocketAddr| a.port() != 0 && a == b;

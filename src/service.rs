@@ -16,16 +16,24 @@ use tokio::task::JoinHandle;
 
 use crate::assemble::{Assembler, AssemblerOptions};
 use crate::config::Config;
-use crate::pipeline::{Engine, PipelineMessage, Worker, WorkerSummary};
+use crate::config::FsyncMode;
+use crate::pipeline::{
+    run_log, Engine, InFlight, LogMessage, PipelineMessage, Worker, WorkerSummary,
+};
 use crate::pricing::PricingBook;
 use crate::receivers::{grpc, http, Intake};
 use crate::rules::RulesConfig;
 use crate::sinks::forward::{self, ForwardObserver, ForwardOptions};
 use crate::sinks::metrics::{self, Health, Metrics};
+use crate::sinks::parquet::{remove_temporary_files, written_spans};
 use crate::sinks::parquet::{ParquetSink, SinkOptions};
+use crate::wal::{self, FsyncPolicy, WalOptions, WalWriter};
+use std::collections::HashSet;
 
-/// Export requests the receivers may queue ahead of the worker before they wait.
+/// Logged export requests queued ahead of the worker before the log stage waits.
 const PIPELINE_QUEUE: usize = 256;
+/// Export requests waiting for the log; beyond it receivers refuse with a retryable answer.
+const LOG_QUEUE: usize = 4096;
 /// How often pending groups are checked against their wait and files against their age.
 const TICK: Duration = Duration::from_millis(200);
 
@@ -183,28 +191,93 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         None => (None, None),
     };
 
+    // The write-ahead log: what a crash left unfinished is replayed before anything new.
+    let wal_dir = config.wal.dir_for(&parquet.output_dir);
+    let removed = remove_temporary_files(&parquet.output_dir).with_context(|| {
+        format!(
+            "cannot clean up unfinished files under {}",
+            parquet.output_dir.display()
+        )
+    })?;
+    if removed > 0 {
+        tracing::warn!(removed, "removed unfinished Parquet files of an earlier run; their rows are recovered from the write-ahead log");
+    }
+    let recovery = wal::recover(&wal_dir)
+        .with_context(|| format!("cannot read the write-ahead log in {}", wal_dir.display()))?;
+    for problem in &recovery.problems {
+        tracing::warn!("write-ahead log: {problem}");
+    }
+    let written = match recovery.records.first() {
+        Some(first) => written_spans(&parquet.output_dir, first.lsn).map_err(anyhow::Error::msg)?,
+        None => HashSet::new(),
+    };
+    if !recovery.records.is_empty() {
+        tracing::info!(
+            records = recovery.records.len(),
+            already_written = written.len(),
+            "replaying the write-ahead log"
+        );
+    }
+    let wal_writer = WalWriter::open(
+        WalOptions {
+            dir: wal_dir,
+            segment_bytes: config.wal.segment_bytes,
+            fsync: match config.wal.fsync {
+                FsyncMode::Always => FsyncPolicy::Always,
+                FsyncMode::Interval => FsyncPolicy::Interval(config.wal.fsync_interval),
+                FsyncMode::Off => FsyncPolicy::Off,
+            },
+        },
+        &recovery,
+    );
+    let recovered_records = recovery.records;
+
+    let in_flight = InFlight::new(otlp.max_in_flight_bytes);
     let (sender, receiver) = mpsc::channel(PIPELINE_QUEUE);
-    let worker = Worker::new(
+    let (log_sender, log_receiver) = mpsc::channel(LOG_QUEUE);
+    let mut worker = Worker::new(
         engine,
         assembler,
         sink,
         Arc::clone(&metrics),
         Arc::clone(&health),
         forward_handle,
-    );
+    )
+    .with_log(Arc::clone(&in_flight), log_sender.downgrade());
     let worker = std::thread::Builder::new()
         .name("pipeline".into())
-        .spawn(move || worker.run(receiver))
+        .spawn(move || {
+            worker.recover(recovered_records, &written);
+            worker.run(receiver)
+        })
         .context("cannot start the pipeline thread")?;
+    let log_stage = {
+        let (pipeline, in_flight) = (sender.clone(), Arc::clone(&in_flight));
+        let (health, metrics) = (Arc::clone(&health), Arc::clone(&metrics));
+        std::thread::Builder::new()
+            .name("wal".into())
+            .spawn(move || {
+                run_log(
+                    wal_writer,
+                    log_receiver,
+                    pipeline,
+                    in_flight,
+                    health,
+                    metrics,
+                )
+            })
+            .context("cannot start the write-ahead log thread")?
+    };
 
     let ticker = {
-        let sender = sender.clone();
+        let (sender, log_sender) = (sender.clone(), log_sender.clone());
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(TICK);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
                 interval.tick().await;
-                // A full queue means the worker is busy and will tick soon enough.
+                // A full queue means that stage is busy and will tick soon enough.
+                let _ = log_sender.try_send(LogMessage::Tick);
                 if let Err(mpsc::error::TrySendError::Closed(_)) =
                     sender.try_send(PipelineMessage::Tick)
                 {
@@ -223,9 +296,15 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         }
     };
     let max_request_bytes = usize::try_from(otlp.max_request_bytes).unwrap_or(usize::MAX);
-    // A weak handle: the pipeline must end when the receivers are done, not when this is dropped.
+    // Weak handles: the stages must end when the receivers are done, not when this is dropped.
     let pipeline = sender.downgrade();
-    let intake = Intake::new(sender, Arc::clone(&metrics));
+    drop(sender);
+    let intake = Intake::new(
+        log_sender,
+        in_flight,
+        Arc::clone(&metrics),
+        Arc::clone(&health),
+    );
     let grpc_server = tokio::spawn(grpc::serve(
         grpc_listener,
         intake.clone(),
@@ -262,9 +341,23 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         }
         ticker.abort();
         let _ = ticker.await;
+        // The log stage ends once the receivers are gone and hands the pipeline's input over;
+        // the worker then evaluates everything pending and completes every file.
+        let mut wal_writer = tokio::task::spawn_blocking(move || log_stage.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("the write-ahead log thread panicked"))?;
         let summary = tokio::task::spawn_blocking(move || worker.join())
             .await?
             .map_err(|_| anyhow::anyhow!("the pipeline thread panicked"))?;
+        if summary.all_written {
+            // Every row is in a completed file: nothing in the log is needed any more.
+            wal_writer.seal();
+            wal_writer.release_below(u64::MAX);
+        } else {
+            tracing::warn!(
+                "keeping the write-ahead log: rows it holds are recovered at the next start"
+            );
+        }
         if let Some(forwarder) = forwarder {
             forwarder.shutdown(shutdown_timeout).await;
         }

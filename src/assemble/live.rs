@@ -62,6 +62,22 @@ impl Assembler {
 
     /// Takes one span; returns what became of it and any requests it made ready.
     pub fn offer(&mut self, span: SpanFacts, now: Instant, ready: &mut Ready) -> Offer {
+        self.offer_as(span, now, ready, false)
+    }
+
+    /// [`Assembler::offer`] for an attempt replayed from the write-ahead log whose row a
+    /// completed file already holds: it completes its request as context, never as a row.
+    pub fn offer_written(&mut self, span: SpanFacts, now: Instant, ready: &mut Ready) -> Offer {
+        self.offer_as(span, now, ready, true)
+    }
+
+    fn offer_as(
+        &mut self,
+        span: SpanFacts,
+        now: Instant,
+        ready: &mut Ready,
+        written: bool,
+    ) -> Offer {
         let logical_keys = (span.kind == crate::contract::SpanKind::LogicalRequest).then(|| {
             (
                 Grouper::keys_for_logical(&span),
@@ -69,7 +85,11 @@ impl Assembler {
                 span.span_id,
             )
         });
-        let offer = self.grouper.offer(span);
+        let offer = if written {
+            self.grouper.offer_written(span)
+        } else {
+            self.grouper.offer(span)
+        };
         match &offer {
             Offer::Attempt(key) => {
                 let key = key.clone();
@@ -124,6 +144,11 @@ impl Assembler {
         self.deadline_of.clear();
         self.logical_arrivals.clear();
         self.grouper.drain_all()
+    }
+
+    /// Whether this logical span is still waiting for its attempts.
+    pub fn holds_logical(&self, trace_id: TraceId, span_id: SpanId) -> bool {
+        self.grouper.holds_logical(trace_id, span_id)
     }
 
     pub fn pending_requests(&self) -> usize {

@@ -110,6 +110,9 @@ pub struct Grouper {
     finished_order: VecDeque<GroupKey>,
     finished_logical: HashMap<(TraceId, SpanId), GroupKey>,
     finished_capacity: usize,
+    /// Attempts replayed from the write-ahead log whose rows a completed file already holds:
+    /// context for their request, never rows again.
+    written: std::collections::HashSet<(TraceId, SpanId)>,
 }
 
 /// What is remembered of an evaluated request.
@@ -160,6 +163,16 @@ impl Grouper {
                 Offer::Attempt(key)
             }
         }
+    }
+
+    /// Offers an attempt whose row is already in a completed file (crash recovery).
+    pub fn offer_written(&mut self, span: SpanFacts) -> Offer {
+        let id = (span.trace_id, span.span_id);
+        let offer = self.offer(span);
+        if matches!(offer, Offer::Attempt(_)) {
+            self.written.insert(id);
+        }
+        offer
     }
 
     fn offer_logical(&mut self, span: SpanFacts) -> Offer {
@@ -284,7 +297,7 @@ impl Grouper {
     /// Removes a group and returns it as a request, with the attempts of the same request that
     /// were evaluated before. The request is then remembered as finished.
     pub fn take(&mut self, key: &GroupKey) -> Option<Request> {
-        let attempts = self.groups.remove(key)?;
+        let mut attempts = self.groups.remove(key)?;
         let mut logical = self
             .logical_key(key, &attempts)
             .and_then(|k| self.logical_by_span.remove(&k));
@@ -292,28 +305,46 @@ impl Grouper {
             self.logical_by_request
                 .remove(&(*key.trace_id(), id.clone()));
         }
+        let mut already_written = Vec::new();
+        if !self.written.is_empty() {
+            let written = &mut self.written;
+            let (old, new) = attempts
+                .into_iter()
+                .partition(|a| written.remove(&(a.trace_id, a.span_id)));
+            already_written = old;
+            attempts = new;
+        }
         let mut evaluated = Vec::new();
         if let Some(finished) = self.finished.get_mut(key) {
-            evaluated = finished.attempts.clone();
+            evaluated.clone_from(&finished.attempts);
             if logical.is_none() {
                 logical = finished.logical.clone();
             }
         }
-        let request = Request {
+        self.remember(
+            key,
+            logical.as_ref(),
+            already_written.iter().chain(&attempts),
+        );
+        evaluated.extend(already_written);
+        Some(Request {
             key: key.clone(),
             logical,
             attempts,
             evaluated,
-        };
-        self.remember(&request);
-        Some(request)
+        })
     }
 
-    fn remember(&mut self, request: &Request) {
+    fn remember<'a>(
+        &mut self,
+        key: &GroupKey,
+        logical: Option<&SpanFacts>,
+        attempts: impl Iterator<Item = &'a SpanFacts>,
+    ) {
         if self.finished_capacity == 0 {
             return;
         }
-        if !self.finished.contains_key(&request.key) {
+        if !self.finished.contains_key(key) {
             while self.finished.len() >= self.finished_capacity {
                 let Some(oldest) = self.finished_order.pop_front() else {
                     break;
@@ -324,14 +355,14 @@ impl Grouper {
                     }
                 }
             }
-            self.finished_order.push_back(request.key.clone());
+            self.finished_order.push_back(key.clone());
         }
-        let entry = self.finished.entry(request.key.clone()).or_default();
-        entry.attempts.extend(request.attempts.iter().cloned());
+        let entry = self.finished.entry(key.clone()).or_default();
+        entry.attempts.extend(attempts.cloned());
         if entry.logical.is_none() {
-            if let Some(l) = &request.logical {
+            if let Some(l) = logical {
                 self.finished_logical
-                    .insert((l.trace_id, l.span_id), request.key.clone());
+                    .insert((l.trace_id, l.span_id), key.clone());
                 entry.logical = Some(l.clone());
             }
         }

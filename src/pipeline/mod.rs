@@ -5,9 +5,11 @@
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
+mod log;
 mod worker;
 
-pub use worker::{Worker, WorkerSummary};
+pub use log::{run as run_log, InFlight, LogMessage, WAL_COMPONENT};
+pub use worker::{Worker, WorkerSummary, PARQUET_COMPONENT};
 
 use crate::assemble::{Grouper, Offer, Request};
 use crate::contract::{service_name, SpanFacts};
@@ -91,9 +93,13 @@ impl Engine {
 /// What the receivers and the clock send the pipeline worker.
 #[derive(Debug)]
 pub enum PipelineMessage {
+    /// An export request, durable in the write-ahead log as record `lsn`; `bytes` of the
+    /// in-flight budget are released once it is taken.
     Export {
         request: ExportTraceServiceRequest,
         transport: crate::receivers::Transport,
+        lsn: u64,
+        bytes: u64,
     },
     /// Time to evaluate groups whose wait has passed and to rotate files that are old enough.
     Tick,

@@ -1,28 +1,34 @@
 //! The pipeline worker of `serve`: one thread that owns the assembler, the rules and the
-//! Parquet sink, fed by the receivers through a bounded channel.
+//! Parquet sink, fed by the log stage through a bounded channel.
 //!
 //! One owner means no locks on the hot path, and a clean end: when every sender is gone the
-//! worker evaluates what is pending, completes every file and returns.
+//! worker evaluates what is pending, completes every file and returns. It also decides how much
+//! of the write-ahead log is still needed: everything from the oldest record that still has a
+//! span pending or a row in a file not yet complete.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
 use tokio::sync::mpsc;
 
-use super::{Engine, PipelineMessage};
-use crate::assemble::{Assembler, Offer, Ready};
-use crate::contract::{service_name, SpanFacts, SpanId, TraceId};
+use super::{Engine, InFlight, LogMessage, PipelineMessage};
+use crate::assemble::{Assembler, GroupKey, Offer, Ready};
+use crate::contract::{service_name, SpanFacts, SpanId, SpanKind, TraceId};
 use crate::record::AttemptRow;
 use crate::sinks::forward::{enrich, ForwardHandle};
 use crate::sinks::metrics::{Health, Metrics};
-use crate::sinks::parquet::ParquetSink;
+use crate::sinks::parquet::{LsnRange, ParquetSink, ParquetSinkError};
+use crate::wal::Record;
 
-const PARQUET_COMPONENT: &str = "parquet";
+pub const PARQUET_COMPONENT: &str = "parquet";
+/// How often the worker tells the log which segments it no longer needs.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 /// Where an attempt span came from, so it can be forwarded under its resource and scope once
 /// its decision is known.
@@ -44,7 +50,12 @@ pub struct WorkerSummary {
     pub requests: u64,
     pub rows: u64,
     pub rows_lost: u64,
+    /// Every row is in a completed file: the write-ahead log holds nothing more of value.
+    pub all_written: bool,
 }
+
+/// The log records a group's spans came from.
+type Lsns = LsnRange;
 
 pub struct Worker {
     engine: Engine,
@@ -56,6 +67,15 @@ pub struct Worker {
     held: HashMap<(TraceId, SpanId), HeldSpan>,
     rows_reported: u64,
     summary: WorkerSummary,
+    in_flight: Option<Arc<InFlight>>,
+    log: Option<mpsc::WeakSender<LogMessage>>,
+    group_lsns: HashMap<GroupKey, Lsns>,
+    logical_lsns: HashMap<(TraceId, SpanId), u64>,
+    /// The LSN the next export will have: everything below it has reached the worker.
+    next_lsn: u64,
+    /// Rows of files a sink error abandoned: kept in the log until a restart recovers them.
+    pinned_lsn: Option<u64>,
+    last_checkpoint: Instant,
 }
 
 impl Worker {
@@ -77,16 +97,57 @@ impl Worker {
             held: HashMap::new(),
             rows_reported: 0,
             summary: WorkerSummary::default(),
+            in_flight: None,
+            log: None,
+            group_lsns: HashMap::new(),
+            logical_lsns: HashMap::new(),
+            next_lsn: 1,
+            pinned_lsn: None,
+            last_checkpoint: Instant::now(),
+        }
+    }
+
+    /// Connects the worker to the log stage: budget release and segment release.
+    pub fn with_log(mut self, in_flight: Arc<InFlight>, log: mpsc::WeakSender<LogMessage>) -> Self {
+        self.in_flight = Some(in_flight);
+        self.log = Some(log);
+        self
+    }
+
+    /// Replays the write-ahead log after a restart. Attempts in `written` already have their
+    /// row in a completed file: they count as earlier attempts, never as rows again.
+    pub fn recover(&mut self, records: Vec<Record>, written: &HashSet<(TraceId, SpanId)>) {
+        let now = Instant::now();
+        for record in records {
+            match ExportTraceServiceRequest::decode(record.payload) {
+                Ok(request) => self.ingest(request, now, Some(record.lsn), written),
+                Err(e) => {
+                    tracing::error!(lsn = record.lsn, error = %e, "write-ahead log record does not decode; skipped")
+                }
+            }
+            self.next_lsn = self.next_lsn.max(record.lsn + 1);
         }
     }
 
     /// Runs until every sender is dropped, then evaluates everything pending and completes
     /// every file. Call on a thread of its own: it blocks.
     pub fn run(mut self, mut messages: mpsc::Receiver<PipelineMessage>) -> WorkerSummary {
+        let nothing_written = HashSet::new();
         while let Some(message) = messages.blocking_recv() {
             let now = Instant::now();
             match message {
-                PipelineMessage::Export { request, .. } => self.ingest(request, now),
+                PipelineMessage::Export {
+                    request,
+                    lsn,
+                    bytes,
+                    ..
+                } => {
+                    self.ingest(request, now, Some(lsn), &nothing_written);
+                    self.next_lsn = self.next_lsn.max(lsn + 1);
+                    if let Some(in_flight) = &self.in_flight {
+                        in_flight.release(bytes);
+                    }
+                }
                 PipelineMessage::Tick => self.tick(now),
                 PipelineMessage::Barrier(done) => {
                     let _ = done.send(());
@@ -100,10 +161,17 @@ impl Worker {
             evicted: 0,
         });
         self.close_sink();
+        self.summary.all_written = self.summary.rows_lost == 0 && self.pinned_lsn.is_none();
         self.summary
     }
 
-    fn ingest(&mut self, request: ExportTraceServiceRequest, now: Instant) {
+    fn ingest(
+        &mut self,
+        request: ExportTraceServiceRequest,
+        now: Instant,
+        lsn: Option<u64>,
+        written: &HashSet<(TraceId, SpanId)>,
+    ) {
         let forwarding = self.forward.is_some();
         let mut ready = Ready::default();
         let mut duplicates = 0;
@@ -129,8 +197,26 @@ impl Worker {
                 for span in scope_spans.spans {
                     let facts = SpanFacts::from_span(&span, &service);
                     let id = (facts.trace_id, facts.span_id);
-                    match self.assembler.offer(facts, now, &mut ready) {
-                        Offer::Attempt(_) => {
+                    let is_logical = facts.kind == SpanKind::LogicalRequest;
+                    let offer = if written.contains(&id) {
+                        self.assembler.offer_written(facts, now, &mut ready)
+                    } else {
+                        self.assembler.offer(facts, now, &mut ready)
+                    };
+                    match offer {
+                        Offer::Attempt(key) => {
+                            if let Some(lsn) = lsn {
+                                let range = LsnRange { min: lsn, max: lsn };
+                                self.group_lsns
+                                    .entry(key)
+                                    .and_modify(|r| {
+                                        *r = LsnRange {
+                                            min: r.min.min(lsn),
+                                            max: r.max.max(lsn),
+                                        }
+                                    })
+                                    .or_insert(range);
+                            }
                             if let Some(origin) = &origin {
                                 self.held.insert(
                                     id,
@@ -143,6 +229,9 @@ impl Worker {
                         }
                         Offer::Duplicate => duplicates += 1,
                         Offer::Logical | Offer::Passthrough => {
+                            if let (true, Some(lsn)) = (is_logical, lsn) {
+                                self.logical_lsns.entry(id).or_insert(lsn);
+                            }
                             if forwarding {
                                 forwarded_spans.push(span);
                             }
@@ -182,12 +271,52 @@ impl Worker {
         let mut ready = Ready::default();
         self.assembler.expire(now, &mut ready);
         self.evaluate(ready);
+        if self.health.problem(PARQUET_COMPONENT).is_some() {
+            self.probe_sink();
+        }
         if let Some(sink) = &mut self.sink {
             let result = sink.rotate_expired(now);
-            self.after_sink(result.map(|files| files.len()));
+            self.after_sink(result.map(|files| files.len()), None);
         }
         self.metrics
             .set_requests_pending(self.assembler.pending_requests() as u64);
+        if now.duration_since(self.last_checkpoint) >= CHECKPOINT_EVERY {
+            self.last_checkpoint = now;
+            self.checkpoint();
+        }
+    }
+
+    /// Tells the log stage below which LSN it may delete segments.
+    fn checkpoint(&mut self) {
+        let Some(log) = self.log.as_ref().and_then(mpsc::WeakSender::upgrade) else {
+            return;
+        };
+        let assembler = &self.assembler;
+        self.logical_lsns
+            .retain(|(trace, span), _| assembler.holds_logical(*trace, *span));
+        let oldest_needed = [
+            self.group_lsns.values().map(|r| r.min).min(),
+            self.logical_lsns.values().copied().min(),
+            self.sink.as_ref().and_then(ParquetSink::oldest_open_lsn),
+            self.pinned_lsn,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(self.next_lsn);
+        // A full queue only delays the release to the next checkpoint.
+        let _ = log.try_send(LogMessage::Release(oldest_needed.min(self.next_lsn)));
+    }
+
+    /// After a sink error: can the output directory be written again?
+    fn probe_sink(&mut self) {
+        let Some(sink) = &self.sink else { return };
+        let probe = sink.table_dir().join(".probe");
+        let writable = std::fs::write(&probe, b"probe").and_then(|()| std::fs::remove_file(&probe));
+        if writable.is_ok() {
+            tracing::info!("parquet output is writable again; accepting exports");
+            self.health.clear_problem(PARQUET_COMPONENT);
+        }
     }
 
     fn evaluate(&mut self, ready: Ready) {
@@ -195,9 +324,20 @@ impl Worker {
             self.metrics.requests_evicted(ready.evicted);
         }
         let mut rows: Vec<AttemptRow> = Vec::new();
+        let mut lsns: Option<LsnRange> = None;
         for request in &ready.requests {
             if !request.evaluated.is_empty() {
                 self.metrics.late_attempts(request.attempts.len() as u64);
+            }
+            if let Some(range) = self.group_lsns.remove(&request.key) {
+                lsns = Some(lsns.map_or(range, |r| LsnRange {
+                    min: r.min.min(range.min),
+                    max: r.max.max(range.max),
+                }));
+            }
+            if let Some(logical) = &request.logical {
+                self.logical_lsns
+                    .remove(&(logical.trace_id, logical.span_id));
             }
             rows.extend(self.engine.evaluate(request));
         }
@@ -208,8 +348,8 @@ impl Worker {
         self.summary.rows += rows.len() as u64;
         self.metrics.record_rows(&rows);
         if let Some(sink) = &mut self.sink {
-            let result = sink.write(&rows);
-            self.after_sink(result.map(|files| files.len()));
+            let result = sink.write_from_wal(&rows, lsns);
+            self.after_sink(result.map(|files| files.len()), lsns);
         }
         self.forward_enriched(&rows);
     }
@@ -238,19 +378,28 @@ impl Worker {
         }
     }
 
-    /// Reports completed files and sink health after any sink call.
-    fn after_sink(&mut self, result: Result<usize, crate::sinks::parquet::ParquetSinkError>) {
+    /// Reports completed files and sink health after any sink call. `lsns` are the records of
+    /// the rows the call was given: on an error they (and every open file's) stay in the log.
+    fn after_sink(&mut self, result: Result<usize, ParquetSinkError>, lsns: Option<LsnRange>) {
+        let oldest_open = self.sink.as_ref().and_then(ParquetSink::oldest_open_lsn);
         match result {
             Ok(files) => {
                 for _ in 0..files {
                     self.metrics.parquet_file_completed();
                 }
-                self.health.clear_problem(PARQUET_COMPONENT);
+                if self.health.problem(PARQUET_COMPONENT).is_some() {
+                    self.health.clear_problem(PARQUET_COMPONENT);
+                }
             }
             Err(e) => {
-                tracing::error!(error = %e, "parquet sink failed");
+                tracing::error!(error = %e, "parquet sink failed; refusing exports until it can write again, and keeping the write-ahead log for recovery at the next start");
                 self.metrics.sink_errors(1);
                 self.health.set_problem(PARQUET_COMPONENT, e.to_string());
+                let lost_from = [lsns.map(|r| r.min), oldest_open, self.pinned_lsn]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                self.pinned_lsn = lost_from.or(Some(0));
             }
         }
         if let Some(sink) = &self.sink {
@@ -280,7 +429,7 @@ impl Worker {
                 }
             }
             Err(e) => {
-                tracing::error!(error = %e, "completing parquet files at shutdown failed");
+                tracing::error!(error = %e, "completing parquet files at shutdown failed; the write-ahead log keeps their rows for the next start");
                 self.metrics.sink_errors(1);
                 self.summary.rows_lost += before.rows_open;
             }

@@ -1,48 +1,149 @@
 //! OTLP/gRPC receiver (tonic), gzip accepted.
+//!
+//! The `TraceService/Export` method is served by hand rather than through the generated server
+//! so that its codec keeps the request's bytes (the write-ahead log stores them as received, no
+//! re-encoding) and answers malformed protobuf with `INVALID_ARGUMENT` rather than tonic's
+//! generic `INTERNAL`.
 
+use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
+use bytes::{Buf, Bytes};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use prost::Message;
 use tokio::net::TcpListener;
-use tonic::codec::CompressionEncoding;
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
-use super::{Intake, Transport};
+use super::{Intake, Refusal, Transport};
 
-struct Receiver {
+const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// A decoded export request with the bytes it came in.
+pub struct RawExport {
+    bytes: Bytes,
+    request: ExportTraceServiceRequest,
+}
+
+#[derive(Clone, Copy, Default)]
+struct ExportCodec;
+struct ExportDecoder;
+struct ExportEncoder;
+
+impl Codec for ExportCodec {
+    type Encode = ExportTraceServiceResponse;
+    type Decode = RawExport;
+    type Encoder = ExportEncoder;
+    type Decoder = ExportDecoder;
+
+    fn encoder(&mut self) -> ExportEncoder {
+        ExportEncoder
+    }
+
+    fn decoder(&mut self) -> ExportDecoder {
+        ExportDecoder
+    }
+}
+
+impl Decoder for ExportDecoder {
+    type Item = RawExport;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<RawExport>, Status> {
+        let bytes = src.copy_to_bytes(src.remaining());
+        let request = ExportTraceServiceRequest::decode(bytes.clone())
+            .map_err(|e| Status::invalid_argument(format!("invalid OTLP protobuf: {e}")))?;
+        Ok(Some(RawExport { bytes, request }))
+    }
+}
+
+impl Encoder for ExportEncoder {
+    type Item = ExportTraceServiceResponse;
+    type Error = Status;
+
+    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst)
+            .map_err(|e| Status::internal(format!("cannot encode response: {e}")))
+    }
+}
+
+#[derive(Clone)]
+struct ExportMethod {
     intake: Intake,
 }
 
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        request: Request<ExportTraceServiceRequest>,
-    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        match self
-            .intake
-            .submit(request.into_inner(), Transport::Grpc)
-            .await
-        {
-            Ok(()) => {
-                self.intake.metrics().export_request("grpc", "ok");
-                Ok(Response::new(ExportTraceServiceResponse {
-                    partial_success: None,
-                }))
+impl UnaryService<RawExport> for ExportMethod {
+    type Response = ExportTraceServiceResponse;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Self::Response>, Status>> + Send>>;
+
+    fn call(&mut self, request: Request<RawExport>) -> Self::Future {
+        let intake = self.intake.clone();
+        Box::pin(async move {
+            let RawExport { bytes, request } = request.into_inner();
+            match intake.submit(bytes, request, Transport::Grpc).await {
+                Ok(()) => {
+                    intake.metrics().export_request("grpc", "ok");
+                    Ok(Response::new(ExportTraceServiceResponse {
+                        partial_success: None,
+                    }))
+                }
+                Err(refusal) => {
+                    intake.metrics().export_request("grpc", refusal.outcome());
+                    Err(status_of(&refusal))
+                }
             }
-            Err(_closed) => {
-                self.intake.metrics().export_request("grpc", "unavailable");
-                Err(Status::unavailable(
-                    "the collector is shutting down; retry later",
-                ))
-            }
+        })
+    }
+}
+
+/// Every refusal is retryable, so clients back off and send again: `UNAVAILABLE`.
+fn status_of(refusal: &Refusal) -> Status {
+    Status::unavailable(refusal.to_string())
+}
+
+/// The `TraceService` as a tower service for tonic's router.
+#[derive(Clone)]
+struct TraceServer {
+    method: ExportMethod,
+    max_request_bytes: usize,
+}
+
+impl NamedService for TraceServer {
+    const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
+}
+
+impl<B> tower_service::Service<http::Request<B>> for TraceServer
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path() != EXPORT_PATH {
+            return Box::pin(async { Ok(Status::unimplemented("unknown method").into_http()) });
         }
+        let method = self.method.clone();
+        let limit = self.max_request_bytes;
+        Box::pin(async move {
+            let mut grpc = Grpc::new(ExportCodec)
+                .accept_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Gzip)
+                .max_decoding_message_size(limit);
+            Ok(grpc.unary(method, request).await)
+        })
     }
 }
 
@@ -54,10 +155,10 @@ pub async fn serve(
     max_request_bytes: usize,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let service = TraceServiceServer::new(Receiver { intake })
-        .accept_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(max_request_bytes);
+    let service = TraceServer {
+        method: ExportMethod { intake },
+        max_request_bytes,
+    };
     // SDKs export one request at a time; Nagle's algorithm would stall each small answer.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()

@@ -16,7 +16,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message;
 use tokio::net::TcpListener;
 
-use super::{Intake, Transport};
+use super::{Intake, Refusal as IntakeRefusal, Transport};
 
 pub const TRACES_PATH: &str = "/v1/traces";
 const PROTOBUF: &str = "application/x-protobuf";
@@ -64,7 +64,7 @@ impl Refusal {
     fn into_response(self, encoding: Option<Encoding>) -> Response {
         // gRPC codes for the Status body: INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED.
         let code = match self.status {
-            StatusCode::SERVICE_UNAVAILABLE => 14,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => 14,
             StatusCode::PAYLOAD_TOO_LARGE => 8,
             _ => 3,
         };
@@ -83,7 +83,10 @@ impl Refusal {
             None => status.message.into_response(),
         };
         *response.status_mut() = self.status;
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if matches!(
+            self.status,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+        ) {
             response.headers_mut().insert(
                 header::RETRY_AFTER,
                 HeaderValue::from_static(RETRY_AFTER_SECONDS),
@@ -201,32 +204,41 @@ async fn accept(
         }
     })?;
     let bytes = decompress(headers, raw, limit)?;
-    let request = match encoding {
-        Encoding::Protobuf => ExportTraceServiceRequest::decode(bytes).map_err(|e| {
-            Refusal::new(
-                StatusCode::BAD_REQUEST,
-                "invalid",
-                format!("invalid OTLP protobuf: {e}"),
-            )
-        })?,
-        Encoding::Json => crate::contract::otlp_json::parse_request(&bytes).map_err(|e| {
-            Refusal::new(
-                StatusCode::BAD_REQUEST,
-                "invalid",
-                format!("invalid OTLP JSON: {e}"),
-            )
-        })?,
+    let (bytes, request) = match encoding {
+        Encoding::Protobuf => {
+            let request = ExportTraceServiceRequest::decode(bytes.clone()).map_err(|e| {
+                Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid",
+                    format!("invalid OTLP protobuf: {e}"),
+                )
+            })?;
+            (bytes, request)
+        }
+        Encoding::Json => {
+            let request = crate::contract::otlp_json::parse_request(&bytes).map_err(|e| {
+                Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid",
+                    format!("invalid OTLP JSON: {e}"),
+                )
+            })?;
+            // The write-ahead log keeps protobuf, whatever the wire format was.
+            (Bytes::from(request.encode_to_vec()), request)
+        }
     };
     state
         .intake
-        .submit(request, Transport::Http)
+        .submit(bytes, request, Transport::Http)
         .await
-        .map_err(|_closed| {
-            Refusal::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "the collector is shutting down; retry later",
-            )
+        .map_err(|refusal| {
+            let status = match refusal {
+                IntakeRefusal::Busy => StatusCode::TOO_MANY_REQUESTS,
+                IntakeRefusal::Storage(_) | IntakeRefusal::Closed => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+            };
+            Refusal::new(status, refusal.outcome(), refusal.to_string())
         })
 }
 

@@ -1,19 +1,21 @@
 //! OTLP receivers: gRPC `TraceService/Export` and HTTP `POST /v1/traces`.
 //!
-//! Both decode, count and hand whole export requests to the pipeline through [`Intake`]; they
-//! answer OK only once the pipeline has taken the request, so nothing acknowledged is dropped
-//! at shutdown.
+//! Both decode and hand each export request, with its protobuf bytes, to [`Intake`], which
+//! answers only once the request is durably in the write-ahead log and queued for the pipeline.
+//! When memory, the log or a sink cannot take more, the answer is a retryable refusal.
 
 pub mod grpc;
 pub mod http;
 
+use std::fmt;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use crate::pipeline::PipelineMessage;
-use crate::sinks::metrics::Metrics;
+use crate::pipeline::{InFlight, LogMessage};
+use crate::sinks::metrics::{Health, Metrics};
 
 /// Which receiver a request came through, as metrics label it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,37 +33,107 @@ impl Transport {
     }
 }
 
-/// The pipeline is gone (shutting down): the client should retry elsewhere or later.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Closed;
+/// Why an export was not accepted. Every case is worth retrying later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Over the in-flight memory bound or the queue is full: back off and retry.
+    Busy,
+    /// The write-ahead log or a sink cannot write (e.g. disk full); nothing was accepted.
+    Storage(String),
+    /// The collector is shutting down.
+    Closed,
+}
+
+impl Refusal {
+    /// The metrics outcome label.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Refusal::Busy => "busy",
+            Refusal::Storage(_) => "storage_unavailable",
+            Refusal::Closed => "unavailable",
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Busy => {
+                f.write_str("the collector is at its memory or queue limit; retry later")
+            }
+            Refusal::Storage(problem) => {
+                write!(
+                    f,
+                    "the collector cannot store data right now ({problem}); retry later"
+                )
+            }
+            Refusal::Closed => f.write_str("the collector is shutting down; retry later"),
+        }
+    }
+}
 
 /// The receivers' way into the pipeline.
 #[derive(Clone)]
 pub struct Intake {
-    sender: mpsc::Sender<PipelineMessage>,
+    log: mpsc::Sender<LogMessage>,
+    in_flight: Arc<InFlight>,
     metrics: Arc<Metrics>,
+    health: Arc<Health>,
 }
 
 impl Intake {
-    pub fn new(sender: mpsc::Sender<PipelineMessage>, metrics: Arc<Metrics>) -> Intake {
-        Intake { sender, metrics }
+    pub fn new(
+        log: mpsc::Sender<LogMessage>,
+        in_flight: Arc<InFlight>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Intake {
+        Intake {
+            log,
+            in_flight,
+            metrics,
+            health,
+        }
     }
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
-    /// Hands one decoded export request to the pipeline, waiting for room when it is busy.
+    /// Logs one decoded export request (`bytes` is its protobuf encoding) and queues it for
+    /// the pipeline. `Ok` means it is durable: it will be a row even after a crash.
     pub async fn submit(
         &self,
+        bytes: Bytes,
         request: ExportTraceServiceRequest,
         transport: Transport,
-    ) -> Result<(), Closed> {
+    ) -> Result<(), Refusal> {
+        // A sink that cannot write would pile rows up in memory: refuse until it recovers. (The
+        // log's own trouble shows on the append itself, which is also how its recovery shows.)
+        if let Some(problem) = self.health.problem(crate::pipeline::PARQUET_COMPONENT) {
+            return Err(Refusal::Storage(problem));
+        }
+        let size = bytes.len() as u64;
+        if !self.in_flight.try_acquire(size) {
+            return Err(Refusal::Busy);
+        }
         let spans = span_count(&request);
-        self.sender
-            .send(PipelineMessage::Export { request, transport })
-            .await
-            .map_err(|_| Closed)?;
+        let (done, accepted) = oneshot::channel();
+        let message = LogMessage::Append {
+            bytes,
+            request,
+            transport,
+            done,
+        };
+        if let Err(error) = self.log.try_send(message) {
+            self.in_flight.release(size);
+            return Err(match error {
+                mpsc::error::TrySendError::Full(_) => Refusal::Busy,
+                mpsc::error::TrySendError::Closed(_) => Refusal::Closed,
+            });
+        }
+        // The log thread releases the budget itself on failure; on success the pipeline does.
+        accepted.await.map_err(|_| Refusal::Closed)??;
         self.metrics.spans_received(transport.as_str(), spans);
         Ok(())
     }

@@ -28,6 +28,11 @@ impl Health {
         self.problems().remove(component);
     }
 
+    /// The problem `component` has raised, if any.
+    pub fn problem(&self, component: &'static str) -> Option<String> {
+        self.problems().get(component).cloned()
+    }
+
     /// `Ok` when no component has a problem; otherwise every problem as `component: message`,
     /// one per line, sorted by component so repeated checks read the same.
     pub fn status(&self) -> Result<(), String> {

@@ -1,0 +1,164 @@
+//! The log stage of `serve`: receivers → write-ahead log → pipeline worker.
+//!
+//! One thread owns the [`WalWriter`]. It takes every append waiting in its queue, writes them as
+//! one batch with one fsync (group commit), hands each request to the pipeline in log order and
+//! only then answers the receivers. A failed append answers every export of the batch with a
+//! retryable refusal; the next batch tries again, which is how a recovered disk is noticed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use tokio::sync::{mpsc, oneshot};
+
+use super::PipelineMessage;
+use crate::receivers::{Refusal, Transport};
+use crate::sinks::metrics::{Health, Metrics};
+use crate::wal::WalWriter;
+
+pub const WAL_COMPONENT: &str = "wal";
+/// Appends written as one batch at most; more wait for the next fsync.
+const MAX_BATCH: usize = 1024;
+const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
+
+/// Bytes of accepted requests not yet taken by the pipeline: the memory bound under overload.
+#[derive(Debug)]
+pub struct InFlight {
+    used: AtomicU64,
+    limit: u64,
+}
+
+impl InFlight {
+    pub fn new(limit: u64) -> Arc<InFlight> {
+        Arc::new(InFlight {
+            used: AtomicU64::new(0),
+            limit,
+        })
+    }
+
+    /// Reserves `bytes`, or refuses when that would pass the limit.
+    pub fn try_acquire(&self, bytes: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|total| *total <= self.limit)
+            })
+            .is_ok()
+    }
+
+    pub fn release(&self, bytes: u64) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+pub enum LogMessage {
+    Append {
+        bytes: Bytes,
+        request: ExportTraceServiceRequest,
+        transport: Transport,
+        done: oneshot::Sender<Result<(), Refusal>>,
+    },
+    /// Every row from records below this LSN is in a completed Parquet file.
+    Release(u64),
+    /// Time for an `interval` fsync.
+    Tick,
+}
+
+struct Pending {
+    bytes: Bytes,
+    request: ExportTraceServiceRequest,
+    transport: Transport,
+    done: oneshot::Sender<Result<(), Refusal>>,
+}
+
+/// Runs the log stage until every receiver is gone; returns the writer for a final cleanup.
+pub fn run(
+    mut writer: WalWriter,
+    mut messages: mpsc::Receiver<LogMessage>,
+    pipeline: mpsc::Sender<PipelineMessage>,
+    in_flight: Arc<InFlight>,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+) -> WalWriter {
+    let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = messages.blocking_recv() {
+        let mut batch_bytes = 0;
+        let mut next = Some(first);
+        while let Some(message) = next.take() {
+            match message {
+                LogMessage::Append {
+                    bytes,
+                    request,
+                    transport,
+                    done,
+                } => {
+                    batch_bytes += bytes.len();
+                    batch.push(Pending {
+                        bytes,
+                        request,
+                        transport,
+                        done,
+                    });
+                }
+                LogMessage::Release(lsn) => {
+                    writer.release_below(lsn);
+                }
+                LogMessage::Tick => {
+                    if let Err(e) = writer.sync_if_due(Instant::now()) {
+                        tracing::error!(error = %e, "write-ahead log fsync failed");
+                        health.set_problem(WAL_COMPONENT, e.to_string());
+                    }
+                }
+            }
+            if batch.len() < MAX_BATCH && batch_bytes < MAX_BATCH_BYTES {
+                next = messages.try_recv().ok();
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let payloads: Vec<&[u8]> = batch.iter().map(|p| p.bytes.as_ref()).collect();
+        let appended = writer.append(&payloads);
+        drop(payloads);
+        match appended {
+            Ok(first_lsn) => {
+                health.clear_problem(WAL_COMPONENT);
+                for (i, pending) in batch.drain(..).enumerate() {
+                    let size = pending.bytes.len() as u64;
+                    let message = PipelineMessage::Export {
+                        request: pending.request,
+                        transport: pending.transport,
+                        lsn: first_lsn + i as u64,
+                        bytes: size,
+                    };
+                    // Durable now; the pipeline only goes away at shutdown, after the receivers.
+                    let answer = pipeline.blocking_send(message).map_err(|_| {
+                        in_flight.release(size);
+                        Refusal::Closed
+                    });
+                    let _ = pending.done.send(answer);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "write-ahead log append failed; refusing exports");
+                health.set_problem(WAL_COMPONENT, e.to_string());
+                metrics.sink_errors(1);
+                let refusal = Refusal::Storage(e.to_string());
+                for pending in batch.drain(..) {
+                    in_flight.release(pending.bytes.len() as u64);
+                    let _ = pending.done.send(Err(refusal.clone()));
+                }
+            }
+        }
+    }
+    writer
+}
