@@ -3,6 +3,7 @@
 pub mod assemble;
 pub mod config;
 pub mod contract;
+pub mod crash;
 pub mod pipeline;
 pub mod pricing;
 pub mod receivers;

@@ -74,6 +74,15 @@ impl WalWriter {
                 std::io::Error::other("no current segment"),
             ));
         };
+        if crate::crash::armed(crate::crash::Point::WalAppend) {
+            let half = self.buffer.len() / 2;
+            let _ = current
+                .file
+                .write_all(&self.buffer[..half])
+                .and_then(|()| current.file.sync_data());
+            crate::crash::reached(crate::crash::Point::WalAppend);
+            let _ = current.file.seek(SeekFrom::Start(current.bytes));
+        }
         let result = current
             .file
             .write_all(&self.buffer)

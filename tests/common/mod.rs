@@ -132,4 +132,5 @@ pub fn usd(rendered: &str) -> String {
         .trim_end_matches('.')
         .to_owned()
 }
+pub mod child;
 pub mod otel;

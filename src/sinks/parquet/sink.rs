@@ -281,6 +281,7 @@ impl ParquetSink {
             };
             self.stats.rows_open += take as u64;
             offset += take;
+            crate::crash::reached(crate::crash::Point::ParquetWrite);
             if full {
                 if let Some(file) = self.open.remove(&date) {
                     completed.push(self.complete(file)?);
@@ -441,6 +442,7 @@ fn publish(file: OpenFile) -> Result<PathBuf, PublishError> {
         remove_temp(&temp_path);
         return Err(PublishError::Hidden(error));
     }
+    crate::crash::reached(crate::crash::Point::ParquetRename);
     if let Some(dir) = final_path.parent() {
         sync_dir(dir).map_err(PublishError::Visible)?;
     }
