@@ -44,6 +44,7 @@ pub struct Collector {
     pub metrics_addr: SocketAddr,
     pub metrics: Arc<Metrics>,
     pipeline: mpsc::WeakSender<PipelineMessage>,
+    in_flight: Arc<InFlight>,
     pricing_dir: std::path::PathBuf,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<WorkerSummary>>,
@@ -67,6 +68,25 @@ impl Collector {
             .await
             .map_err(|_| stopped())?;
         wait.await.map_err(|_| stopped())
+    }
+
+    /// Holds the pipeline worker (as a stalled sink would) until the returned sender is used or
+    /// dropped. For overload tests and diagnostics.
+    pub async fn pause_pipeline(&self) -> anyhow::Result<tokio::sync::oneshot::Sender<()>> {
+        let (resume, paused) = tokio::sync::oneshot::channel();
+        self.pipeline
+            .upgrade()
+            .ok_or_else(|| anyhow::anyhow!("the pipeline has stopped"))?
+            .send(PipelineMessage::Pause(paused))
+            .await
+            .map_err(|_| anyhow::anyhow!("the pipeline has stopped"))?;
+        Ok(resume)
+    }
+
+    /// Bytes of accepted exports the pipeline has not taken yet (bounded by
+    /// `receivers.otlp.max_in_flight_bytes`).
+    pub fn in_flight_bytes(&self) -> u64 {
+        self.in_flight.used()
     }
 
     /// Reloads every pricing snapshot (what SIGHUP does). A directory with errors is refused
@@ -301,7 +321,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     drop(sender);
     let intake = Intake::new(
         log_sender,
-        in_flight,
+        Arc::clone(&in_flight),
         Arc::clone(&metrics),
         Arc::clone(&health),
     );
@@ -376,6 +396,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         metrics_addr,
         metrics,
         pipeline,
+        in_flight,
         pricing_dir,
         shutdown,
         task,

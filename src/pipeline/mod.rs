@@ -108,4 +108,7 @@ pub enum PipelineMessage {
     Barrier(tokio::sync::oneshot::Sender<()>),
     /// New pricing snapshots (SIGHUP): requests evaluated from now on use them.
     ReloadPricing(Box<PricingBook>),
+    /// Holds the worker until the sender side is used or dropped: a stalled sink on demand,
+    /// for overload tests and diagnostics.
+    Pause(tokio::sync::oneshot::Receiver<()>),
 }

@@ -76,6 +76,8 @@ pub struct Worker {
     /// Rows of files a sink error abandoned: kept in the log until a restart recovers them.
     pinned_lsn: Option<u64>,
     last_checkpoint: Instant,
+    /// Rows whose write failed, retried on every tick: the probe that notices recovery.
+    unwritten: Vec<(Vec<AttemptRow>, Option<LsnRange>)>,
 }
 
 impl Worker {
@@ -104,6 +106,7 @@ impl Worker {
             next_lsn: 1,
             pinned_lsn: None,
             last_checkpoint: Instant::now(),
+            unwritten: Vec::new(),
         }
     }
 
@@ -150,9 +153,14 @@ impl Worker {
                 }
                 PipelineMessage::Tick => self.tick(now),
                 PipelineMessage::Barrier(done) => {
+                    // A barrier is also the moment to notice a sink that can write again.
+                    self.retry_unwritten();
                     let _ = done.send(());
                 }
                 PipelineMessage::ReloadPricing(book) => self.engine.book = *book,
+                PipelineMessage::Pause(resume) => {
+                    let _ = resume.blocking_recv();
+                }
             }
         }
         let pending = self.assembler.drain_all();
@@ -271,9 +279,7 @@ impl Worker {
         let mut ready = Ready::default();
         self.assembler.expire(now, &mut ready);
         self.evaluate(ready);
-        if self.health.problem(PARQUET_COMPONENT).is_some() {
-            self.probe_sink();
-        }
+        self.retry_unwritten();
         if let Some(sink) = &mut self.sink {
             let result = sink.rotate_expired(now);
             self.after_sink(result.map(|files| files.len()), None);
@@ -308,14 +314,35 @@ impl Worker {
         let _ = log.try_send(LogMessage::Release(oldest_needed.min(self.next_lsn)));
     }
 
-    /// After a sink error: can the output directory be written again?
-    fn probe_sink(&mut self) {
-        let Some(sink) = &self.sink else { return };
-        let probe = sink.table_dir().join(".probe");
-        let writable = std::fs::write(&probe, b"probe").and_then(|()| std::fs::remove_file(&probe));
-        if writable.is_ok() {
+    /// Writes again the rows whose write failed; once that works, the sink is healthy again.
+    fn retry_unwritten(&mut self) {
+        if self.unwritten.is_empty() {
+            return;
+        }
+        for (rows, lsns) in std::mem::take(&mut self.unwritten) {
+            self.write_rows(rows, lsns);
+        }
+        if self.unwritten.is_empty() {
             tracing::info!("parquet output is writable again; accepting exports");
             self.health.clear_problem(PARQUET_COMPONENT);
+        }
+    }
+
+    /// Writes rows one partition at a time, so a failure keeps exactly the rows that did not
+    /// reach a file for the next retry.
+    fn write_rows(&mut self, rows: Vec<AttemptRow>, lsns: Option<LsnRange>) {
+        let mut by_date: std::collections::BTreeMap<_, Vec<AttemptRow>> = Default::default();
+        for row in rows {
+            by_date.entry(row.partition_date()).or_default().push(row);
+        }
+        for (_, rows) in by_date {
+            let Some(sink) = &mut self.sink else { return };
+            let result = sink.write_from_wal(&rows, lsns);
+            let failed = result.is_err();
+            self.after_sink(result.map(|files| files.len()), lsns);
+            if failed {
+                self.unwritten.push((rows, lsns));
+            }
         }
     }
 
@@ -347,11 +374,8 @@ impl Worker {
         }
         self.summary.rows += rows.len() as u64;
         self.metrics.record_rows(&rows);
-        if let Some(sink) = &mut self.sink {
-            let result = sink.write_from_wal(&rows, lsns);
-            self.after_sink(result.map(|files| files.len()), lsns);
-        }
         self.forward_enriched(&rows);
+        self.write_rows(rows, lsns);
     }
 
     fn forward_enriched(&mut self, rows: &[AttemptRow]) {
@@ -386,9 +410,6 @@ impl Worker {
             Ok(files) => {
                 for _ in 0..files {
                     self.metrics.parquet_file_completed();
-                }
-                if self.health.problem(PARQUET_COMPONENT).is_some() {
-                    self.health.clear_problem(PARQUET_COMPONENT);
                 }
             }
             Err(e) => {
