@@ -111,6 +111,9 @@ pub struct ExportersConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ParquetExporterConfig {
+    /// `false` (`--sink none`) acknowledges and discards every export right after decoding it:
+    /// a benchmark baseline, never a production setting.
+    pub enabled: bool,
     /// Root of everything the collector keeps on disk.
     pub output_dir: PathBuf,
     pub max_rows_per_file: usize,
@@ -123,6 +126,7 @@ pub struct ParquetExporterConfig {
 impl Default for ParquetExporterConfig {
     fn default() -> Self {
         ParquetExporterConfig {
+            enabled: true,
             output_dir: PathBuf::from("data"),
             max_rows_per_file: 262_144,
             max_bytes_per_file: 128 * MIB,
@@ -205,6 +209,9 @@ impl Default for ServiceConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WalConfig {
+    /// `false` (`--wal off`) answers exports once they are queued in memory: a crash then loses
+    /// what was accepted but not yet in a completed Parquet file.
+    pub enabled: bool,
     /// Empty: `<output_dir>/wal`, so one output directory holds a collector's whole state.
     pub dir: PathBuf,
     pub segment_bytes: u64,
@@ -217,6 +224,7 @@ pub struct WalConfig {
 impl Default for WalConfig {
     fn default() -> Self {
         WalConfig {
+            enabled: true,
             dir: PathBuf::new(),
             segment_bytes: 64 * MIB,
             fsync: FsyncMode::Always,
@@ -258,6 +266,10 @@ pub struct ServeOverrides {
     pub pricing_dir: Option<PathBuf>,
     pub output_dir: Option<PathBuf>,
     pub group_wait: Option<Duration>,
+    /// `--sink`: `Some(false)` discards after decoding (benchmark baseline).
+    pub parquet_enabled: Option<bool>,
+    /// `--wal`: `Some(false)` runs without the write-ahead log.
+    pub wal_enabled: Option<bool>,
     /// An empty string turns forwarding off, so an environment variable can undo the file.
     pub forward_endpoint: Option<String>,
 }
@@ -367,6 +379,12 @@ impl Config {
         }
         if let Some(endpoint) = o.forward_endpoint {
             self.exporters.otlp_forward.endpoint = non_empty(endpoint);
+        }
+        if let Some(enabled) = o.parquet_enabled {
+            self.exporters.parquet.enabled = enabled;
+        }
+        if let Some(enabled) = o.wal_enabled {
+            self.wal.enabled = enabled;
         }
     }
 
@@ -974,7 +992,11 @@ mod tests {
             output_dir: Some(PathBuf::from("/var/lib/retry-spend")),
             group_wait: Some(Duration::from_secs(20)),
             forward_endpoint: Some("https://b:4317".to_owned()),
+            parquet_enabled: Some(false),
+            wal_enabled: Some(false),
         });
+        assert!(!c.exporters.parquet.enabled);
+        assert!(!c.wal.enabled);
         assert_eq!(c.receivers.otlp.grpc_addr, addr(1));
         assert_eq!(c.receivers.otlp.http_addr, addr(2));
         assert_eq!(c.telemetry.metrics_addr, addr(3));

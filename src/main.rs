@@ -57,6 +57,12 @@ struct ServeArgs {
     /// How long to wait for a request's attempts after its latest span, e.g. "10s"
     #[arg(long, value_name = "DURATION", env = "RETRY_SPEND_GROUP_WAIT", value_parser = parse_duration_arg)]
     group_wait: Option<Duration>,
+    /// `none` acknowledges and discards every export after decoding: a benchmark baseline
+    #[arg(long, value_name = "SINK", value_parser = ["parquet", "none"])]
+    sink: Option<String>,
+    /// `off` answers exports without the write-ahead log (a crash loses unwritten rows)
+    #[arg(long, value_name = "ON|OFF", value_parser = ["on", "off"])]
+    wal: Option<String>,
     /// Downstream OTLP gRPC endpoint to forward enriched spans to, e.g. http://127.0.0.1:14317
     #[arg(long, value_name = "URL", env = "RETRY_SPEND_FORWARD_ENDPOINT")]
     forward_endpoint: Option<String>,
@@ -153,6 +159,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         output_dir: args.output_dir,
         group_wait: args.group_wait,
         forward_endpoint: args.forward_endpoint,
+        parquet_enabled: args.sink.map(|sink| sink == "parquet"),
+        wal_enabled: args.wal.map(|wal| wal == "on"),
     });
     config.validate("command line")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -238,7 +238,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             "replaying the write-ahead log"
         );
     }
-    let wal_writer = WalWriter::open(
+    let mut wal_writer = WalWriter::open(
         WalOptions {
             dir: wal_dir,
             segment_bytes: config.wal.segment_bytes,
@@ -251,6 +251,16 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         &recovery,
     );
     let recovered_records = recovery.records;
+    // Without the log, the old segments are still replayed (above) and cleaned up at the end.
+    let mut unused_wal = None;
+    let wal_writer = if config.wal.enabled {
+        Some(wal_writer)
+    } else {
+        tracing::warn!("the write-ahead log is off: a crash loses accepted exports not yet in a completed Parquet file");
+        wal_writer.seal();
+        unused_wal = Some(wal_writer);
+        None
+    };
 
     let in_flight = InFlight::new(otlp.max_in_flight_bytes);
     let (sender, receiver) = mpsc::channel(PIPELINE_QUEUE);
@@ -319,12 +329,16 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     // Weak handles: the stages must end when the receivers are done, not when this is dropped.
     let pipeline = sender.downgrade();
     drop(sender);
-    let intake = Intake::new(
+    let mut intake = Intake::new(
         log_sender,
         Arc::clone(&in_flight),
         Arc::clone(&metrics),
         Arc::clone(&health),
     );
+    if !config.exporters.parquet.enabled {
+        tracing::warn!("sink none: every export is acknowledged and discarded after decoding");
+        intake = intake.discarding();
+    }
     let grpc_server = tokio::spawn(grpc::serve(
         grpc_listener,
         intake.clone(),
@@ -363,7 +377,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         let _ = ticker.await;
         // The log stage ends once the receivers are gone and hands the pipeline's input over;
         // the worker then evaluates everything pending and completes every file.
-        let mut wal_writer = tokio::task::spawn_blocking(move || log_stage.join())
+        let wal_writer = tokio::task::spawn_blocking(move || log_stage.join())
             .await?
             .map_err(|_| anyhow::anyhow!("the write-ahead log thread panicked"))?;
         let summary = tokio::task::spawn_blocking(move || worker.join())
@@ -371,8 +385,10 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             .map_err(|_| anyhow::anyhow!("the pipeline thread panicked"))?;
         if summary.all_written {
             // Every row is in a completed file: nothing in the log is needed any more.
-            wal_writer.seal();
-            wal_writer.release_below(u64::MAX);
+            for mut writer in wal_writer.into_iter().chain(unused_wal) {
+                writer.seal();
+                writer.release_below(u64::MAX);
+            }
         } else {
             tracing::warn!(
                 "keeping the write-ahead log: rows it holds are recovered at the next start"

@@ -554,3 +554,35 @@ async fn bad_grpc_input_is_refused_and_the_server_keeps_serving() {
     export_grpc(addr, rest.to_vec()).await;
     assert_eq!(stop(collector, out.path()).await, replayed_rows());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_write_ahead_log_rows_are_the_same() {
+    let out = tempfile::tempdir().unwrap();
+    let mut config = config(out.path());
+    config.wal.enabled = false;
+    let collector = start(config).await.unwrap();
+    export_grpc(collector.grpc_addr, by_service(&example_requests())).await;
+    assert_eq!(stop(collector, out.path()).await, replayed_rows());
+    let wal = out.path().join("wal");
+    assert!(!wal.exists() || std::fs::read_dir(wal).unwrap().count() == 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_none_acknowledges_and_discards() {
+    let out = tempfile::tempdir().unwrap();
+    let mut config = config(out.path());
+    config.exporters.parquet.enabled = false;
+    let collector = start(config).await.unwrap();
+    export_grpc(collector.grpc_addr, by_service(&example_requests())).await;
+    let metrics = Arc::clone(&collector.metrics);
+    assert!(stop(collector, out.path()).await.is_empty());
+    let text = metrics.render();
+    assert_eq!(
+        metric(
+            &text,
+            r#"retry_spend_spans_received_total{transport="grpc"}"#
+        )
+        .as_deref(),
+        Some("37")
+    );
+}

@@ -81,15 +81,17 @@ struct Pending {
 }
 
 /// Runs the log stage until every receiver is gone; returns the writer for a final cleanup.
+/// Without a writer (`--wal off`) requests are numbered and passed on unlogged.
 pub fn run(
-    mut writer: WalWriter,
+    mut writer: Option<WalWriter>,
     mut messages: mpsc::Receiver<LogMessage>,
     pipeline: mpsc::Sender<PipelineMessage>,
     in_flight: Arc<InFlight>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
-) -> WalWriter {
+) -> Option<WalWriter> {
     let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+    let mut unlogged = Unlogged { next_lsn: 1 };
     while let Some(first) = messages.blocking_recv() {
         let mut batch_bytes = 0;
         let mut next = Some(first);
@@ -110,10 +112,15 @@ pub fn run(
                     });
                 }
                 LogMessage::Release(lsn) => {
-                    writer.release_below(lsn);
+                    if let Some(writer) = &mut writer {
+                        writer.release_below(lsn);
+                    }
                 }
                 LogMessage::Tick => {
-                    if let Err(e) = writer.sync_if_due(Instant::now()) {
+                    let synced = writer
+                        .as_mut()
+                        .map_or(Ok(()), |w| w.sync_if_due(Instant::now()));
+                    if let Err(e) = synced {
                         tracing::error!(error = %e, "write-ahead log fsync failed");
                         health.set_problem(WAL_COMPONENT, e.to_string());
                     }
@@ -127,7 +134,7 @@ pub fn run(
             continue;
         }
         let payloads: Vec<&[u8]> = batch.iter().map(|p| p.bytes.as_ref()).collect();
-        let appended = writer.append(&payloads);
+        let appended = append(&mut writer, &mut unlogged, &payloads);
         drop(payloads);
         match appended {
             Ok(first_lsn) => {
@@ -161,4 +168,24 @@ pub fn run(
         }
     }
     writer
+}
+
+/// LSNs for a run without a log: the pipeline's bookkeeping stays the same.
+struct Unlogged {
+    next_lsn: u64,
+}
+
+fn append(
+    writer: &mut Option<WalWriter>,
+    unlogged: &mut Unlogged,
+    payloads: &[&[u8]],
+) -> Result<u64, crate::wal::WalError> {
+    match writer {
+        Some(writer) => writer.append(payloads),
+        None => {
+            let first = unlogged.next_lsn;
+            unlogged.next_lsn += payloads.len() as u64;
+            Ok(first)
+        }
+    }
 }

@@ -79,6 +79,7 @@ pub struct Intake {
     in_flight: Arc<InFlight>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    discard: bool,
 }
 
 impl Intake {
@@ -93,7 +94,15 @@ impl Intake {
             in_flight,
             metrics,
             health,
+            discard: false,
         }
+    }
+
+    /// Acknowledges and drops every export after decoding (`--sink none`): the floor a real
+    /// pipeline is measured against.
+    pub fn discarding(mut self) -> Intake {
+        self.discard = true;
+        self
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -108,6 +117,11 @@ impl Intake {
         request: ExportTraceServiceRequest,
         transport: Transport,
     ) -> Result<(), Refusal> {
+        if self.discard {
+            self.metrics
+                .spans_received(transport.as_str(), span_count(&request));
+            return Ok(());
+        }
         // A sink that cannot write would pile rows up in memory: refuse until it recovers. (The
         // log's own trouble shows on the append itself, which is also how its recovery shows.)
         if let Some(problem) = self.health.problem(crate::pipeline::PARQUET_COMPONENT) {
