@@ -50,6 +50,8 @@ pub struct OtlpReceiverConfig {
     /// Memory bound on accepted requests not yet taken by the pipeline; above it, exports are
     /// refused with the retryable answers OTLP clients back off on.
     pub max_in_flight_bytes: u64,
+    pub tls: TlsConfig,
+    pub auth: AuthConfig,
 }
 
 impl Default for OtlpReceiverConfig {
@@ -59,7 +61,43 @@ impl Default for OtlpReceiverConfig {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 4318)),
             max_request_bytes: OTLP_RECEIVE_LIMIT_BYTES,
             max_in_flight_bytes: 256 * MIB,
+            tls: TlsConfig::default(),
+            auth: AuthConfig::default(),
         }
+    }
+}
+
+/// `[receivers.otlp.tls]`: TLS on both OTLP listeners. Off while both files are empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, the server's own certificate first.
+    pub cert_file: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of the first certificate.
+    pub key_file: PathBuf,
+}
+
+impl TlsConfig {
+    pub fn is_enabled(&self) -> bool {
+        !self.cert_file.as_os_str().is_empty() || !self.key_file.as_os_str().is_empty()
+    }
+}
+
+/// `[receivers.otlp.auth]`: bearer tokens both OTLP listeners require. Off while both keys are
+/// empty. Only where the tokens are is configured here, never a token itself, so this struct is
+/// safe to print.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// File of accepted tokens, one a line; blank lines and `#` comments are ignored.
+    pub tokens_file: PathBuf,
+    /// Name of an environment variable holding accepted tokens, comma-separated.
+    pub tokens_env: String,
+}
+
+impl AuthConfig {
+    pub fn is_enabled(&self) -> bool {
+        !self.tokens_file.as_os_str().is_empty() || !self.tokens_env.is_empty()
     }
 }
 
@@ -425,6 +463,23 @@ impl Config {
             otlp.max_in_flight_bytes >= otlp.max_request_bytes,
             "receivers.otlp.max_in_flight_bytes",
             "must be at least receivers.otlp.max_request_bytes, or no large request could ever pass",
+        );
+        let tls = &otlp.tls;
+        check(
+            tls.cert_file.as_os_str().is_empty() || !tls.key_file.as_os_str().is_empty(),
+            "receivers.otlp.tls.key_file",
+            "must be set when receivers.otlp.tls.cert_file is (leave both empty to turn TLS off)",
+        );
+        check(
+            tls.key_file.as_os_str().is_empty() || !tls.cert_file.as_os_str().is_empty(),
+            "receivers.otlp.tls.cert_file",
+            "must be set when receivers.otlp.tls.key_file is (leave both empty to turn TLS off)",
+        );
+        let env = &otlp.auth.tokens_env;
+        check(
+            !env.contains(['=', '\0']),
+            "receivers.otlp.auth.tokens_env",
+            "must be the name of an environment variable (no '=' or NUL), not a token",
         );
         check(self.wal.segment_bytes > 0, "wal.segment_bytes", ABOVE_ZERO);
         check(
@@ -861,6 +916,84 @@ mod tests {
         c.receivers.otlp.http_addr = any;
         c.telemetry.metrics_addr = any;
         c.validate("test.toml").unwrap();
+    }
+
+    #[test]
+    fn tls_and_auth_are_off_by_default() {
+        let otlp = Config::default().receivers.otlp;
+        assert!(!otlp.tls.is_enabled());
+        assert!(!otlp.auth.is_enabled());
+    }
+
+    #[test]
+    fn tls_and_auth_keys_parse() {
+        let c = parse(
+            r#"
+            [receivers.otlp.tls]
+            cert_file = "/etc/rsc/cert.pem"
+            key_file = "/etc/rsc/key.pem"
+            [receivers.otlp.auth]
+            tokens_file = "/etc/rsc/tokens"
+            tokens_env = "RETRY_SPEND_TOKENS"
+            "#,
+        )
+        .unwrap();
+        let otlp = &c.receivers.otlp;
+        assert!(otlp.tls.is_enabled());
+        assert_eq!(otlp.tls.cert_file, Path::new("/etc/rsc/cert.pem"));
+        assert_eq!(otlp.tls.key_file, Path::new("/etc/rsc/key.pem"));
+        assert!(otlp.auth.is_enabled());
+        assert_eq!(otlp.auth.tokens_file, Path::new("/etc/rsc/tokens"));
+        assert_eq!(otlp.auth.tokens_env, "RETRY_SPEND_TOKENS");
+    }
+
+    #[test]
+    fn either_auth_source_alone_turns_auth_on() {
+        let c = parse("[receivers.otlp.auth]\ntokens_env = \"TOKENS\"\n").unwrap();
+        assert!(c.receivers.otlp.auth.is_enabled());
+        let c = parse("[receivers.otlp.auth]\ntokens_file = \"tokens\"\n").unwrap();
+        assert!(c.receivers.otlp.auth.is_enabled());
+    }
+
+    #[test]
+    fn tls_cert_without_key_names_the_missing_key() {
+        let msg = parse_err("[receivers.otlp.tls]\ncert_file = \"cert.pem\"\n");
+        assert_eq!(
+            msg,
+            "test.toml: receivers.otlp.tls.key_file: must be set when \
+             receivers.otlp.tls.cert_file is (leave both empty to turn TLS off)"
+        );
+    }
+
+    #[test]
+    fn tls_key_without_cert_names_the_missing_key() {
+        let msg = parse_err("[receivers.otlp.tls]\nkey_file = \"key.pem\"\n");
+        assert!(
+            msg.starts_with("test.toml: receivers.otlp.tls.cert_file: must be set"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn tokens_env_must_name_a_variable() {
+        let msg = parse_err("[receivers.otlp.auth]\ntokens_env = \"TOKENS=abc\"\n");
+        assert!(
+            msg.starts_with("test.toml: receivers.otlp.auth.tokens_env: must be the name"),
+            "{msg}"
+        );
+        assert!(
+            !msg.contains("abc"),
+            "a token-like value is never echoed: {msg}"
+        );
+    }
+
+    #[test]
+    fn unknown_tls_key_is_an_error() {
+        let msg = parse_err("[receivers.otlp.tls]\ncert = \"cert.pem\"\n");
+        assert!(
+            msg.contains("receivers.otlp.tls.cert: unknown field `cert`"),
+            "{msg}"
+        );
     }
 
     #[test]

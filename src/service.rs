@@ -21,6 +21,8 @@ use crate::pipeline::{
     run_log, Engine, InFlight, LogMessage, PipelineMessage, Worker, WorkerSummary,
 };
 use crate::pricing::PricingBook;
+use crate::receivers::auth::Authenticator;
+use crate::receivers::tls::TlsIdentity;
 use crate::receivers::{grpc, http, Intake};
 use crate::rules::RulesConfig;
 use crate::sinks::forward::{self, ForwardObserver, ForwardOptions};
@@ -179,6 +181,8 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     })?;
 
     let otlp = &config.receivers.otlp;
+    let tls = TlsIdentity::load(&otlp.tls)?;
+    let auth = Authenticator::load(&otlp.auth)?.map(Arc::new);
     let grpc_listener = bind(otlp.grpc_addr, "OTLP/gRPC").await?;
     let http_listener = bind(otlp.http_addr, "OTLP/HTTP").await?;
     let metrics_listener = bind(config.telemetry.metrics_addr, "metrics").await?;
@@ -339,15 +343,19 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         tracing::warn!("sink none: every export is acknowledged and discarded after decoding");
         intake = intake.discarding();
     }
+    let (tls_on, tokens) = (tls.is_some(), auth.as_ref().map_or(0, |a| a.tokens()));
     let grpc_server = tokio::spawn(grpc::serve(
         grpc_listener,
         intake.clone(),
         max_request_bytes,
+        tls.clone(),
+        auth.clone(),
         stopped(),
     ));
     let http_server = tokio::spawn(http::serve(
         http_listener,
-        http::router(intake, max_request_bytes),
+        http::router(intake, max_request_bytes, auth),
+        tls,
         stopped(),
     ));
     let (metrics_stop, metrics_stop_rx) = watch::channel(false);
@@ -359,7 +367,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             let _ = rx.wait_for(|stop| *stop).await;
         },
     ));
-    tracing::info!(%grpc_addr, %http_addr, %metrics_addr, output = %parquet.output_dir.display(), "collector listening");
+    tracing::info!(%grpc_addr, %http_addr, %metrics_addr, tls = tls_on, bearer_tokens = tokens, output = %parquet.output_dir.display(), "collector listening");
 
     let shutdown_timeout = config.service.shutdown_timeout;
     let pricing_dir = config.processors.retry_spend.pricing_dir.clone();

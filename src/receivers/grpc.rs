@@ -8,6 +8,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
@@ -21,6 +22,8 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
+use super::auth::{self, Authenticator};
+use super::tls::TlsIdentity;
 use super::{Intake, Refusal, Transport};
 
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
@@ -112,6 +115,7 @@ fn status_of(refusal: &Refusal) -> Status {
 struct TraceServer {
     method: ExportMethod,
     max_request_bytes: usize,
+    auth: Option<Arc<Authenticator>>,
 }
 
 impl NamedService for TraceServer {
@@ -132,6 +136,18 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        // Before anything else, so an unauthenticated caller learns nothing, not even which
+        // methods exist, and costs no decoding.
+        if let Some(auth) = &self.auth {
+            if !auth.accepts(request.headers().get(http::header::AUTHORIZATION)) {
+                self.method
+                    .intake
+                    .metrics()
+                    .export_request("grpc", auth::OUTCOME);
+                let status = Status::unauthenticated(auth::REFUSAL_MESSAGE);
+                return Box::pin(async move { Ok(status.into_http()) });
+            }
+        }
         if request.uri().path() != EXPORT_PATH {
             return Box::pin(async { Ok(Status::unimplemented("unknown method").into_http()) });
         }
@@ -148,20 +164,28 @@ where
 }
 
 /// Serves `TraceService/Export` on `listener` until `shutdown` resolves, then finishes the
-/// requests in flight.
+/// requests in flight. With `tls`, only TLS connections are served; with `auth`, only
+/// requests carrying an accepted bearer token.
 pub async fn serve(
     listener: TcpListener,
     intake: Intake,
     max_request_bytes: usize,
+    tls: Option<TlsIdentity>,
+    auth: Option<Arc<Authenticator>>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let service = TraceServer {
         method: ExportMethod { intake },
         max_request_bytes,
+        auth,
     };
     // SDKs export one request at a time; Nagle's algorithm would stall each small answer.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        server = server.tls_config(tls.grpc())?;
+    }
+    server
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

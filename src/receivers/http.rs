@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::io::Read;
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
@@ -16,6 +17,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message;
 use tokio::net::TcpListener;
 
+use super::auth::{self, Authenticator};
+use super::tls::TlsIdentity;
 use super::{Intake, Refusal as IntakeRefusal, Transport};
 
 pub const TRACES_PATH: &str = "/v1/traces";
@@ -28,6 +31,7 @@ const RETRY_AFTER_SECONDS: &str = "5";
 struct HttpState {
     intake: Intake,
     max_request_bytes: usize,
+    auth: Option<Arc<Authenticator>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,10 +66,12 @@ impl Refusal {
     }
 
     fn into_response(self, encoding: Option<Encoding>) -> Response {
-        // gRPC codes for the Status body: INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED.
+        // gRPC codes for the Status body: INVALID_ARGUMENT, UNAVAILABLE, RESOURCE_EXHAUSTED,
+        // UNAUTHENTICATED.
         let code = match self.status {
             StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => 14,
             StatusCode::PAYLOAD_TOO_LARGE => 8,
+            StatusCode::UNAUTHORIZED => 16,
             _ => 3,
         };
         let status = RpcStatus {
@@ -92,11 +98,21 @@ impl Refusal {
                 HeaderValue::from_static(RETRY_AFTER_SECONDS),
             );
         }
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         response
     }
 }
 
-pub fn router(intake: Intake, max_request_bytes: usize) -> Router {
+/// The receiver's routes; with `auth`, every export must carry an accepted bearer token.
+pub fn router(
+    intake: Intake,
+    max_request_bytes: usize,
+    auth: Option<Arc<Authenticator>>,
+) -> Router {
     Router::new()
         .route(TRACES_PATH, post(export))
         // The limit is enforced below, on the decoded size too; axum's own default is lower.
@@ -104,15 +120,23 @@ pub fn router(intake: Intake, max_request_bytes: usize) -> Router {
         .with_state(HttpState {
             intake,
             max_request_bytes,
+            auth,
         })
 }
 
 /// Serves the OTLP/HTTP receiver until `shutdown` resolves, then finishes requests in flight.
+/// With `tls`, only TLS connections are served.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
+    tls: Option<TlsIdentity>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    if let Some(tls) = tls {
+        return axum::serve(tls.listener(listener), router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+    }
     // SDKs export one request at a time; Nagle's algorithm would stall each small answer.
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
@@ -124,6 +148,18 @@ pub async fn serve(
 
 async fn export(State(state): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
     let metrics = state.intake.metrics();
+    // Before the body is read or decoded: an unauthenticated caller costs nothing more.
+    if let Some(auth) = &state.auth {
+        if !auth.accepts(headers.get(header::AUTHORIZATION)) {
+            metrics.export_request("http", auth::OUTCOME);
+            let refusal = Refusal::new(
+                StatusCode::UNAUTHORIZED,
+                auth::OUTCOME,
+                auth::REFUSAL_MESSAGE,
+            );
+            return refusal.into_response(content_encoding_of(&headers).ok());
+        }
+    }
     let encoding = match content_encoding_of(&headers) {
         Ok(encoding) => encoding,
         Err(refusal) => {

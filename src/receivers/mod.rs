@@ -3,9 +3,13 @@
 //! Both decode and hand each export request, with its protobuf bytes, to [`Intake`], which
 //! answers only once the request is durably in the write-ahead log and queued for the pipeline.
 //! When memory, the log or a sink cannot take more, the answer is a retryable refusal.
+//! Optionally both serve TLS ([`tls`]) and require a bearer token ([`auth`]), checked before
+//! anything is decoded.
 
+pub mod auth;
 pub mod grpc;
 pub mod http;
+pub mod tls;
 
 use std::fmt;
 use std::sync::Arc;

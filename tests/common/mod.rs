@@ -134,3 +134,4 @@ pub fn usd(rendered: &str) -> String {
 }
 pub mod child;
 pub mod otel;
+pub mod secure;
