@@ -1,7 +1,6 @@
 //! Resolving one request's envelope from every span that states it.
 
-use crate::assemble::Request;
-use crate::contract::EnvelopeFields;
+use crate::contract::{EnvelopeFields, SpanFacts};
 
 /// The envelope a request is judged by.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,17 +27,15 @@ impl Envelope {
 ///
 /// Values are compared after parsing and an absent value never conflicts. On a conflict each
 /// figure comes from the logical request span, else from the lowest-index attempt that has it.
-pub fn resolve(request: &Request) -> Envelope {
-    let sources: Vec<&EnvelopeFields> = request
-        .logical
-        .iter()
-        .chain(request.attempts.iter())
-        .flat_map(|span| std::iter::once(&span.envelope).chain(span.envelope_json.as_ref()))
-        .collect();
+pub fn resolve(logical: Option<&SpanFacts>, attempts: &[&SpanFacts]) -> Envelope {
+    let sources = logical
+        .into_iter()
+        .chain(attempts.iter().copied())
+        .flat_map(|span| std::iter::once(&span.envelope).chain(span.envelope_json.as_ref()));
 
     let mut merged = EnvelopeFields::default();
     let mut conflict = false;
-    for source in &sources {
+    for source in sources {
         merged.present |= source.present;
         merged.json_invalid |= source.json_invalid;
         conflict |= merge(&mut merged.pricing_source, &source.pricing_source);

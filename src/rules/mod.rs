@@ -37,8 +37,8 @@ const SDK_ESTIMATE_TOLERANCE_USD: Decimal = Decimal::from_parts(1, 0, 0, false, 
 
 /// Puts attempts in evaluation order, assigning indices 0, 1, … by (start time, span id) when
 /// any attempt lacks one. Returns each attempt's index.
-pub fn order_attempts(attempts: &mut [SpanFacts]) -> Vec<i32> {
-    let by_time = |a: &SpanFacts, b: &SpanFacts| {
+pub fn order_attempts(attempts: &mut [&SpanFacts]) -> Vec<i32> {
+    let by_time = |a: &&SpanFacts, b: &&SpanFacts| {
         (a.start_time_unix_nano, a.span_id).cmp(&(b.start_time_unix_nano, b.span_id))
     };
     if attempts.iter().all(|a| a.attempt_index.is_some()) {
@@ -73,21 +73,11 @@ struct Priced<'a> {
 /// Evaluates one request: a row per attempt of `request.attempts`, in attempt order. Attempts
 /// in `request.evaluated` count as earlier attempts but get no row again.
 pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> Vec<AttemptRow> {
-    let mut attempts: Vec<SpanFacts> = request
-        .evaluated
-        .iter()
-        .chain(&request.attempts)
-        .cloned()
-        .collect();
+    // References, not copies: evaluation is on every request's hot path.
+    let mut attempts: Vec<&SpanFacts> = request.evaluated.iter().chain(&request.attempts).collect();
     let already_written: Vec<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
     let indices = order_attempts(&mut attempts);
-    let ordered = Request {
-        key: request.key.clone(),
-        logical: request.logical.clone(),
-        attempts,
-        evaluated: Vec::new(),
-    };
-    let envelope = envelope::resolve(&ordered);
+    let envelope = envelope::resolve(request.logical.as_ref(), &attempts);
     let env = &envelope.fields;
 
     let snapshot = env.pricing_version.as_deref().and_then(|v| book.get(v));
@@ -95,9 +85,9 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
         .zip(env.billing_group.as_deref())
         .and_then(|(s, g)| s.group_ratio.get(g).copied());
 
-    let priced: Vec<Priced<'_>> = ordered
-        .attempts
+    let priced: Vec<Priced<'_>> = attempts
         .iter()
+        .copied()
         .zip(&indices)
         .map(|(span, &index)| price_attempt(span, index, snapshot, group_ratio))
         .collect();
@@ -105,12 +95,12 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
     let first = priced.iter().find(|p| p.index == 0);
     let present_indices: BTreeSet<i32> = priced.iter().map(|p| p.index).collect();
     // Attempts grouped under their parent still carry the request id their logical span names.
-    let request_id = match (&ordered.key, ordered.logical.as_ref()) {
+    let request_id = match (&request.key, request.logical.as_ref()) {
         (GroupKey::Parent { .. }, Some(logical)) => logical
             .request_id
             .clone()
-            .unwrap_or_else(|| ordered.key.request_id()),
-        _ => ordered.key.request_id(),
+            .unwrap_or_else(|| request.key.request_id()),
+        _ => request.key.request_id(),
     };
 
     let mut rows = Vec::with_capacity(priced.len());
