@@ -8,7 +8,7 @@ mod reason;
 
 pub use envelope::{resolve as resolve_envelope, Envelope};
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use rust_decimal::Decimal;
 
@@ -79,7 +79,7 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
         .chain(&request.attempts)
         .cloned()
         .collect();
-    let already_written: Vec<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
+    let already_written: HashSet<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
     let indices = order_attempts(&mut attempts);
     let ordered = Request {
         key: request.key.clone(),
@@ -104,6 +104,11 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
 
     let first = priced.iter().find(|p| p.index == 0);
     let present_indices: BTreeSet<i32> = priced.iter().map(|p| p.index).collect();
+    // Retries past the first index that never arrived have a gap before them. Found once, so a
+    // request of many attempts is not scanned again for each of them.
+    let first_missing_retry_index = (1..=i32::MAX)
+        .find(|i| !present_indices.contains(i))
+        .unwrap_or(i32::MAX);
     let request_id = ordered.key.request_id();
 
     let mut rows = Vec::with_capacity(priced.len());
@@ -121,7 +126,7 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
         } else {
             Some(Decimal::ZERO)
         };
-        let gap = is_retry && (1..k).any(|i| !present_indices.contains(&i));
+        let gap = is_retry && first_missing_retry_index < k;
         let cumulative = if is_retry {
             running_incremental = running_incremental
                 .zip(estimated)

@@ -685,3 +685,27 @@ fn late_retry_is_judged_with_the_attempts_already_written() {
     assert_eq!(rows[0].cumulative_incremental_usd, Some(d("0.01533252")));
     assert_eq!(rows[0].decision, Decision::OverEnvelope);
 }
+
+#[test]
+fn a_request_of_a_hundred_thousand_attempts_is_evaluated_in_linear_time() {
+    const ATTEMPTS: i32 = 100_000;
+    let numbered = |i: i32| {
+        with(attempt(0, "glm-5"), |a| {
+            a.attempt_index = Some(i);
+            a.span_id = (u64::from(i.unsigned_abs()) + 1).to_be_bytes();
+        })
+    };
+    let mut request = request_with(envelope(), (ATTEMPTS / 2..ATTEMPTS).map(numbered).collect());
+    request.evaluated = (0..ATTEMPTS / 2).map(numbered).collect();
+    let started = std::time::Instant::now();
+    let rows = evaluate(&request, &book(), &RulesConfig::default());
+    let elapsed = started.elapsed();
+    // Generous for a debug build on a busy 2-core machine; a scan per attempt takes minutes.
+    assert!(
+        elapsed < std::time::Duration::from_secs(30),
+        "took {elapsed:?}"
+    );
+    assert_eq!(rows.len(), (ATTEMPTS / 2) as usize);
+    assert_eq!(rows[0].attempt_index, ATTEMPTS / 2);
+    assert_eq!(rows[0].decision, Decision::OverAttempts);
+}
