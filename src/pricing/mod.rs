@@ -26,7 +26,10 @@ pub struct Usage {
 /// nothing is rounded. `None` when the figures are too large for a decimal to hold exactly
 /// (absurd counts or prices).
 pub fn cost_usd(price: &ModelPrice, group_ratio: Decimal, usage: Usage) -> Option<Decimal> {
-    let term = |count: i64, price: Decimal| mul_exact(Decimal::from(count), price);
+    // A snapshot may write "0.3190000000" with zeros past its 10 places; they are no digits, and
+    // counting them could push an exact product past a decimal's 28 places.
+    let term = |count: i64, price: Decimal| mul_exact(Decimal::from(count), price.normalize());
+    let group_ratio = group_ratio.normalize();
     let uncached = usage.input.checked_sub(usage.cached)?;
     let per_million = add_exact(
         add_exact(
@@ -192,5 +195,24 @@ mod tests {
             add_exact(huge, d("1")),
             Some(d("40000000001.000000000000000001"))
         );
+    }
+
+    #[test]
+    fn zeros_written_past_ten_places_do_not_make_a_cost_unpriceable() {
+        let zeros = "0".repeat(20);
+        let padded = ModelPrice {
+            family: None,
+            input: d(&format!("0.319{zeros}")),
+            output: d(&format!("0.957{zeros}")),
+            cached_input: Some(d(&format!("0.0318{zeros}"))),
+        };
+        let usage = Usage {
+            input: 10_000,
+            cached: 4_000,
+            output: 800,
+        };
+        let cost = cost_usd(&padded, d("1.00"), usage);
+        assert_eq!(cost, Some(d("0.0028068")));
+        assert!(cost.is_some_and(|c| c.scale() <= 18));
     }
 }
