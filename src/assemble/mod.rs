@@ -8,7 +8,7 @@ mod live;
 
 pub use live::{Assembler, AssemblerOptions, Ready};
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
 
@@ -103,7 +103,7 @@ impl Request {
 /// attempts, and a span an exporter re-sends is recognised and ignored.
 #[derive(Debug, Default)]
 pub struct Grouper {
-    groups: HashMap<GroupKey, Vec<SpanFacts>>,
+    groups: HashMap<GroupKey, Group>,
     logical_by_span: HashMap<(TraceId, SpanId), SpanFacts>,
     logical_by_request: HashMap<(TraceId, String), (TraceId, SpanId)>,
     finished: HashMap<GroupKey, Finished>,
@@ -115,11 +115,24 @@ pub struct Grouper {
     written: std::collections::HashSet<(TraceId, SpanId)>,
 }
 
+/// A request still waiting: its attempts in arrival order.
+///
+/// The span ids and the first parent are kept beside the attempts so that taking one more span
+/// costs the same however many the group already holds: a hostile exporter can put any number
+/// of attempts in one group, and a scan per span would make that quadratic.
+#[derive(Debug, Default)]
+struct Group {
+    attempts: Vec<SpanFacts>,
+    span_ids: HashSet<SpanId>,
+    first_parent: Option<SpanId>,
+}
+
 /// What is remembered of an evaluated request.
 #[derive(Debug, Default)]
 struct Finished {
     logical: Option<SpanFacts>,
     attempts: Vec<SpanFacts>,
+    span_ids: HashSet<SpanId>,
 }
 
 /// What happened to a span offered to the [`Grouper`].
@@ -152,14 +165,22 @@ impl Grouper {
                 let Some(key) = GroupKey::of(&span) else {
                     return Offer::Passthrough;
                 };
-                let seen =
-                    |attempts: &[SpanFacts]| attempts.iter().any(|a| a.span_id == span.span_id);
-                if self.groups.get(&key).is_some_and(|g| seen(g))
-                    || self.finished.get(&key).is_some_and(|f| seen(&f.attempts))
+                let id = span.span_id;
+                if self
+                    .groups
+                    .get(&key)
+                    .is_some_and(|g| g.span_ids.contains(&id))
+                    || self
+                        .finished
+                        .get(&key)
+                        .is_some_and(|f| f.span_ids.contains(&id))
                 {
                     return Offer::Duplicate;
                 }
-                self.groups.entry(key.clone()).or_default().push(span);
+                let group = self.groups.entry(key.clone()).or_default();
+                group.span_ids.insert(id);
+                group.first_parent = group.first_parent.or(span.parent_span_id);
+                group.attempts.push(span);
                 Offer::Attempt(key)
             }
         }
@@ -251,15 +272,19 @@ impl Grouper {
 
     /// The logical request span of a group, if it has arrived, without taking it.
     pub fn logical_for(&self, key: &GroupKey, attempts: &[SpanFacts]) -> Option<&SpanFacts> {
-        self.logical_key(key, attempts)
+        let first_parent = attempts.iter().find_map(|a| a.parent_span_id);
+        self.logical_key(key, first_parent)
             .and_then(|k| self.logical_by_span.get(&k))
     }
 
-    fn logical_key(&self, key: &GroupKey, attempts: &[SpanFacts]) -> Option<(TraceId, SpanId)> {
+    /// `first_parent`: the parent span id of the group's first attempt that names one.
+    fn logical_key(
+        &self,
+        key: &GroupKey,
+        first_parent: Option<SpanId>,
+    ) -> Option<(TraceId, SpanId)> {
         let by_parent = || {
-            attempts
-                .iter()
-                .find_map(|a| a.parent_span_id)
+            first_parent
                 .map(|parent| (*key.trace_id(), parent))
                 .filter(|k| self.logical_by_span.contains_key(k))
         };
@@ -279,7 +304,7 @@ impl Grouper {
     }
 
     pub fn attempts(&self, key: &GroupKey) -> &[SpanFacts] {
-        self.groups.get(key).map_or(&[], Vec::as_slice)
+        self.groups.get(key).map_or(&[], |g| g.attempts.as_slice())
     }
 
     /// Whether the logical span has arrived and named an attempt count that is now reached. A
@@ -288,18 +313,25 @@ impl Grouper {
         if matches!(key, GroupKey::Single { .. }) {
             return self.groups.contains_key(key);
         }
-        let attempts = self.attempts(key);
-        self.logical_for(key, attempts)
+        let Some(group) = self.groups.get(key) else {
+            return false;
+        };
+        self.logical_key(key, group.first_parent)
+            .and_then(|k| self.logical_by_span.get(&k))
             .and_then(|l| l.attempt_count)
-            .is_some_and(|n| attempts.len() >= n as usize)
+            .is_some_and(|n| group.attempts.len() >= n as usize)
     }
 
     /// Removes a group and returns it as a request, with the attempts of the same request that
     /// were evaluated before. The request is then remembered as finished.
     pub fn take(&mut self, key: &GroupKey) -> Option<Request> {
-        let mut attempts = self.groups.remove(key)?;
+        let Group {
+            mut attempts,
+            first_parent,
+            ..
+        } = self.groups.remove(key)?;
         let mut logical = self
-            .logical_key(key, &attempts)
+            .logical_key(key, first_parent)
             .and_then(|k| self.logical_by_span.remove(&k));
         if let Some(id) = logical.as_ref().and_then(|l| l.request_id.as_ref()) {
             self.logical_by_request
@@ -358,7 +390,10 @@ impl Grouper {
             self.finished_order.push_back(key.clone());
         }
         let entry = self.finished.entry(key.clone()).or_default();
-        entry.attempts.extend(attempts.cloned());
+        for attempt in attempts {
+            entry.span_ids.insert(attempt.span_id);
+            entry.attempts.push(attempt.clone());
+        }
         if entry.logical.is_none() {
             if let Some(l) = logical {
                 self.finished_logical
@@ -384,3 +419,6 @@ impl Grouper {
         self.logical_by_span.len()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -333,3 +333,250 @@ fn fallback_families_are_a_set() {
     let json = parse_envelope_json(r#"{"allowed_fallback_families": ["qwen", "glm"]}"#);
     assert_eq!(json.allowed_fallback_families, families(&["glm", "qwen"]));
 }
+
+mod hostile {
+    //! Values no SDK writes, that a broken or hostile exporter can: read without panicking,
+    //! into "missing" or "invalid", never into a figure.
+
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::KeyValueList;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+    use prost::Message;
+
+    use super::*;
+
+    const MONEY_KEYS: [&str; 3] = [
+        attr::MAX_INCREMENTAL_USD,
+        attr::SDK_ESTIMATED_INCREMENTAL_USD,
+        attr::SDK_REMAINING_ENVELOPE_USD,
+    ];
+    const COUNT_KEYS: [&str; 10] = [
+        attr::INPUT_TOKENS,
+        attr::LEGACY_PROMPT_TOKENS,
+        attr::CACHE_READ_INPUT_TOKENS,
+        attr::LEGACY_CACHE_READ_INPUT_TOKENS,
+        attr::OUTPUT_TOKENS,
+        attr::LEGACY_COMPLETION_TOKENS,
+        attr::REQUEST_MAX_TOKENS,
+        attr::ATTEMPT_INDEX,
+        attr::ATTEMPT_COUNT,
+        attr::MAX_ATTEMPTS_AFTER_FIRST,
+    ];
+
+    fn money_of(f: &SpanFacts, key: &str) -> Option<Decimal> {
+        match key {
+            attr::MAX_INCREMENTAL_USD => f.envelope.max_incremental_usd,
+            attr::SDK_ESTIMATED_INCREMENTAL_USD => f.sdk_estimated_incremental_usd,
+            _ => f.sdk_remaining_envelope_usd,
+        }
+    }
+
+    /// Every count-like field, as an i64 where one was read.
+    fn counts_of(f: &SpanFacts) -> Vec<Option<i64>> {
+        vec![
+            f.input_tokens.value(),
+            f.cached_input_tokens.value(),
+            f.output_tokens.value(),
+            f.output_cap.value(),
+            f.attempt_index.map(i64::from),
+            f.attempt_count.map(i64::from),
+            f.envelope.max_attempts_after_first.map(i64::from),
+        ]
+    }
+
+    fn nested(depth: usize) -> Value {
+        let mut value = s("leaf");
+        for level in 0..depth {
+            let inner = AnyValue { value: Some(value) };
+            value = if level % 2 == 0 {
+                Value::ArrayValue(ArrayValue {
+                    values: vec![inner],
+                })
+            } else {
+                Value::KvlistValue(KeyValueList {
+                    values: vec![KeyValue {
+                        key: "k".into(),
+                        value: Some(inner),
+                        ..Default::default()
+                    }],
+                })
+            };
+        }
+        value
+    }
+
+    fn export(spans: Vec<Span>) -> ExportTraceServiceRequest {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn nan_and_infinite_doubles_are_missing_for_every_money_and_count_attribute() {
+        for double in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -f64::NAN] {
+            for key in MONEY_KEYS {
+                let f = facts(vec![kv(key, Value::DoubleValue(double))]);
+                assert_eq!(money_of(&f, key), None, "{key} = {double}");
+            }
+            for key in COUNT_KEYS {
+                let f = facts(vec![kv(key, Value::DoubleValue(double))]);
+                assert!(
+                    counts_of(&f).iter().all(Option::is_none),
+                    "{key} = {double}"
+                );
+            }
+        }
+        let f = facts(vec![kv(
+            attr::MAX_INCREMENTAL_USD,
+            Value::DoubleValue(f64::NAN),
+        )]);
+        assert!(
+            f.envelope.present,
+            "an unreadable envelope value still names an envelope"
+        );
+    }
+
+    #[test]
+    fn finite_doubles_beyond_a_decimal_are_missing_not_rounded() {
+        for double in [f64::MAX, -f64::MAX, 1e300, 1e29] {
+            for key in MONEY_KEYS {
+                let f = facts(vec![kv(key, Value::DoubleValue(double))]);
+                assert_eq!(money_of(&f, key), None, "{key} = {double}");
+            }
+        }
+        let tiny = facts(vec![kv(
+            attr::SDK_ESTIMATED_INCREMENTAL_USD,
+            Value::DoubleValue(f64::MIN_POSITIVE),
+        )]);
+        assert_eq!(tiny.sdk_estimated_incremental_usd, Some(Decimal::ZERO));
+    }
+
+    #[test]
+    fn token_counts_past_two_to_the_53_or_negative_are_invalid_usage() {
+        let past = MAX_TOKEN_COUNT + 1;
+        for value in [
+            Value::IntValue(past),
+            Value::IntValue(i64::MAX),
+            Value::IntValue(-1),
+            Value::IntValue(i64::MIN),
+            Value::DoubleValue(-3.0),
+            Value::DoubleValue(2f64.powi(60)),
+            s("9007199254740993"),
+            s("-12"),
+        ] {
+            for key in [
+                attr::INPUT_TOKENS,
+                attr::CACHE_READ_INPUT_TOKENS,
+                attr::OUTPUT_TOKENS,
+                attr::REQUEST_MAX_TOKENS,
+            ] {
+                let f = facts(vec![kv(key, value.clone())]);
+                let count = [
+                    f.input_tokens,
+                    f.cached_input_tokens,
+                    f.output_tokens,
+                    f.output_cap,
+                ]
+                .into_iter()
+                .find(|c| *c != Count::Missing)
+                .unwrap_or_else(|| panic!("{key} = {value:?} was dropped"));
+                assert!(count.is_invalid_usage(), "{key} = {value:?}");
+            }
+        }
+        assert!(!Count::Value(MAX_TOKEN_COUNT).is_invalid_usage());
+        let f = facts(vec![kv(attr::INPUT_TOKENS, Value::DoubleValue(1e30))]);
+        assert!(f.input_tokens.value().is_none());
+    }
+
+    #[test]
+    fn ids_of_every_wrong_length_read_as_zero() {
+        for len in [0, 7, 17, 33] {
+            let mut sp = span(vec![kv(attr::REQUEST_MODEL, s("glm-5"))]);
+            sp.trace_id = vec![0xab; len];
+            sp.span_id = vec![0xcd; len];
+            sp.parent_span_id = vec![0xef; len];
+            let f = SpanFacts::from_span(&sp, &Arc::from("svc"));
+            assert_eq!(f.trace_id, [0; 16], "{len} bytes");
+            assert_eq!(f.span_id, [0; 8], "{len} bytes");
+            assert_eq!(f.parent_span_id, None, "{len} bytes");
+        }
+    }
+
+    #[test]
+    fn deeply_nested_values_are_not_strings_numbers_or_arrays_of_strings() {
+        let deep = nested(64);
+        let f = facts(vec![
+            kv(attr::SPAN_ROLE, s(attr::ROLE_ATTEMPT)),
+            kv(attr::REQUEST_MODEL, deep.clone()),
+            kv(attr::INPUT_TOKENS, deep.clone()),
+            kv(attr::MAX_INCREMENTAL_USD, deep.clone()),
+            kv(attr::ALLOWED_FALLBACK_FAMILIES, deep.clone()),
+            kv(attr::ENVELOPE_JSON, deep),
+        ]);
+        assert_eq!(f.request_model, None);
+        assert_eq!(f.input_tokens, Count::Missing);
+        assert_eq!(f.envelope.max_incremental_usd, None);
+        assert_eq!(f.envelope.allowed_fallback_families, None);
+        assert!(f.envelope.present);
+        assert!(f.envelope_json.as_ref().is_some_and(|j| j.json_invalid));
+    }
+
+    #[test]
+    fn nesting_past_the_decoders_limits_is_an_error_not_a_stack_overflow() {
+        let deep = export(vec![span(vec![kv(attr::REQUEST_MODEL, nested(200))])]);
+        assert!(ExportTraceServiceRequest::decode(deep.encode_to_vec().as_slice()).is_err());
+
+        let depth = 200;
+        let json = format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"attributes":[{{"key":"k","value":{}{}{}}}]}}]}}]}}]}}"#,
+            r#"{"arrayValue":{"values":["#.repeat(depth),
+            r#"{"stringValue":"x"}"#,
+            "]}}".repeat(depth),
+        );
+        assert!(serde_json::from_str::<ExportTraceServiceRequest>(&json).is_err());
+    }
+
+    #[test]
+    fn a_one_mebibyte_string_attribute_is_read_like_any_other() {
+        let huge = "9".repeat(1 << 20);
+        let f = facts(vec![
+            kv(attr::REQUEST_MODEL, s(&huge)),
+            kv(attr::MAX_INCREMENTAL_USD, s(&huge)),
+            kv(attr::INPUT_TOKENS, s(&huge)),
+            kv(attr::ENVELOPE_JSON, s(&"[".repeat(1 << 20))),
+            kv(attr::SDK_ESTIMATED_INCREMENTAL_USD, s(&format!("0.{huge}"))),
+        ]);
+        assert_eq!(f.request_model.as_deref().map(str::len), Some(1 << 20));
+        assert_eq!(f.envelope.max_incremental_usd, None);
+        assert_eq!(f.input_tokens, Count::Missing);
+        assert!(f.envelope_json.as_ref().is_some_and(|j| j.json_invalid));
+        assert_eq!(f.sdk_estimated_incremental_usd, Some(Decimal::ONE));
+    }
+
+    #[test]
+    fn invalid_utf8_in_a_string_field_fails_to_decode() {
+        let mut sp = span(vec![kv("AAAAAAAA", s("BBBBBBBB"))]);
+        sp.name = "CCCCCCCC".into();
+        let bytes = export(vec![sp]).encode_to_vec();
+        assert!(ExportTraceServiceRequest::decode(bytes.as_slice()).is_ok());
+        for marker in [b"AAAAAAAA", b"BBBBBBBB", b"CCCCCCCC"] {
+            let at = bytes
+                .windows(marker.len())
+                .position(|w| w == marker)
+                .expect("marker is in the encoding");
+            let mut broken = bytes.clone();
+            broken[at..at + 2].copy_from_slice(&[0xff, 0xfe]);
+            assert!(
+                ExportTraceServiceRequest::decode(broken.as_slice()).is_err(),
+                "{}",
+                String::from_utf8_lossy(marker)
+            );
+        }
+    }
+}

@@ -23,17 +23,53 @@ pub struct Usage {
 /// `((input - cached) * p_input + cached * p_cached + output * p_output) / 1e6 * group_ratio`.
 ///
 /// Exact: prices carry at most 10 decimal places and ratios 2, so the result has at most 18 and
-/// nothing is rounded. `None` only when the figures are too large for a decimal (absurd counts).
+/// nothing is rounded. `None` when the figures are too large for a decimal to hold exactly
+/// (absurd counts or prices).
 pub fn cost_usd(price: &ModelPrice, group_ratio: Decimal, usage: Usage) -> Option<Decimal> {
-    let uncached = Decimal::from(usage.input.checked_sub(usage.cached)?);
-    let per_million = uncached
-        .checked_mul(price.input)?
-        .checked_add(Decimal::from(usage.cached).checked_mul(price.cached_input_or_input())?)?
-        .checked_add(Decimal::from(usage.output).checked_mul(price.output)?)?;
+    // A snapshot may write "0.3190000000" with zeros past its 10 places; they are no digits, and
+    // counting them could push an exact product past a decimal's 28 places.
+    let term = |count: i64, price: Decimal| mul_exact(Decimal::from(count), price.normalize());
+    let group_ratio = group_ratio.normalize();
+    let uncached = usage.input.checked_sub(usage.cached)?;
+    let per_million = add_exact(
+        add_exact(
+            term(uncached, price.input)?,
+            term(usage.cached, price.cached_input_or_input())?,
+        )?,
+        term(usage.output, price.output)?,
+    )?;
     // Multiplying by 10^-6 only shifts the scale, where a division could round.
-    per_million
-        .checked_mul(Decimal::new(1, 6))?
-        .checked_mul(group_ratio)
+    mul_exact(mul_exact(per_million, Decimal::new(1, 6))?, group_ratio)
+}
+
+/// `a + b`, or `None` when a decimal cannot hold the sum exactly.
+pub fn add_exact(a: Decimal, b: Decimal) -> Option<Decimal> {
+    kept_every_digit(a.checked_add(b)?, places(a).max(places(b)))
+}
+
+/// `a - b`, or `None` when a decimal cannot hold the difference exactly.
+pub fn sub_exact(a: Decimal, b: Decimal) -> Option<Decimal> {
+    kept_every_digit(a.checked_sub(b)?, places(a).max(places(b)))
+}
+
+fn mul_exact(a: Decimal, b: Decimal) -> Option<Decimal> {
+    kept_every_digit(a.checked_mul(b)?, places(a) + places(b))
+}
+
+/// The places an operand brings to a result: none for a zero, whatever scale it is written at.
+fn places(d: Decimal) -> u32 {
+    if d.is_zero() {
+        0
+    } else {
+        d.scale()
+    }
+}
+
+/// rust_decimal keeps every digit of a sum or product when its 96-bit mantissa can, and rounds
+/// to fewer places when it cannot, instead of failing. Money is never rounded, so a non-zero
+/// result at a lower scale than its operands give was rounded and is not a figure.
+fn kept_every_digit(result: Decimal, exact_scale: u32) -> Option<Decimal> {
+    (result.is_zero() || result.scale() >= exact_scale).then_some(result)
 }
 
 #[cfg(test)]
@@ -126,5 +162,57 @@ mod tests {
             output: i64::MAX,
         };
         assert_eq!(cost_usd(&flash(), d("3"), usage), None);
+    }
+
+    #[test]
+    fn a_cost_too_large_to_hold_exactly_is_none_not_rounded() {
+        let dear = ModelPrice {
+            family: None,
+            input: d("99.9999999999"),
+            output: d("0"),
+            cached_input: None,
+        };
+        let usage = Usage {
+            input: crate::contract::MAX_TOKEN_COUNT - 1,
+            cached: 0,
+            output: 0,
+        };
+        // Exactly (2^53 - 1) * 999999999999 * 101 at scale 18: 30 digits, more than a Decimal's
+        // 96-bit mantissa holds, so no Decimal is this cost.
+        assert_eq!(cost_usd(&dear, d("1.01"), usage), None);
+    }
+
+    #[test]
+    fn sums_and_differences_that_would_round_are_none() {
+        // 40 billion USD at 18 places: two of them need a 30-digit mantissa.
+        let huge = d("40000000000.000000000000000001");
+        assert_eq!(add_exact(huge, huge), None);
+        assert_eq!(sub_exact(-huge, huge), None);
+        assert_eq!(add_exact(Decimal::MAX, Decimal::ONE), None);
+        assert_eq!(add_exact(d("0.015"), d("0.0039556")), Some(d("0.0189556")));
+        assert_eq!(sub_exact(d("0.015"), d("0.0189556")), Some(d("-0.0039556")));
+        assert_eq!(
+            add_exact(huge, d("1")),
+            Some(d("40000000001.000000000000000001"))
+        );
+    }
+
+    #[test]
+    fn zeros_written_past_ten_places_do_not_make_a_cost_unpriceable() {
+        let zeros = "0".repeat(20);
+        let padded = ModelPrice {
+            family: None,
+            input: d(&format!("0.319{zeros}")),
+            output: d(&format!("0.957{zeros}")),
+            cached_input: Some(d(&format!("0.0318{zeros}"))),
+        };
+        let usage = Usage {
+            input: 10_000,
+            cached: 4_000,
+            output: 800,
+        };
+        let cost = cost_usd(&padded, d("1.00"), usage);
+        assert_eq!(cost, Some(d("0.0028068")));
+        assert!(cost.is_some_and(|c| c.scale() <= 18));
     }
 }

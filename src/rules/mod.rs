@@ -8,13 +8,13 @@ mod reason;
 
 pub use envelope::{resolve as resolve_envelope, Envelope};
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use rust_decimal::Decimal;
 
 use crate::assemble::{GroupKey, Request};
 use crate::contract::{Count, SpanFacts, SpanId};
-use crate::pricing::{cost_usd, ModelPrice, PricingBook, Snapshot, Usage};
+use crate::pricing::{add_exact, cost_usd, sub_exact, ModelPrice, PricingBook, Snapshot, Usage};
 use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
 
 /// Settings of the rules that are policy, not contract.
@@ -75,7 +75,7 @@ struct Priced<'a> {
 pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> Vec<AttemptRow> {
     // References, not copies: evaluation is on every request's hot path.
     let mut attempts: Vec<&SpanFacts> = request.evaluated.iter().chain(&request.attempts).collect();
-    let already_written: Vec<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
+    let already_written: HashSet<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
     let indices = order_attempts(&mut attempts);
     let envelope = envelope::resolve(request.logical.as_ref(), &attempts);
     let env = &envelope.fields;
@@ -94,6 +94,11 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
 
     let first = priced.iter().find(|p| p.index == 0);
     let present_indices: BTreeSet<i32> = priced.iter().map(|p| p.index).collect();
+    // Retries past the first index that never arrived have a gap before them. Found once, so a
+    // request of many attempts is not scanned again for each of them.
+    let first_missing_retry_index = (1..=i32::MAX)
+        .find(|i| !present_indices.contains(i))
+        .unwrap_or(i32::MAX);
     // Attempts grouped under their parent still carry the request id their logical span names.
     let request_id = match (&request.key, request.logical.as_ref()) {
         (GroupKey::Parent { .. }, Some(logical)) => logical
@@ -118,11 +123,15 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
         } else {
             Some(Decimal::ZERO)
         };
-        let gap = is_retry && (1..k).any(|i| !present_indices.contains(&i));
+        let gap = is_retry && first_missing_retry_index < k;
+        let mut sum_too_large = false;
         let cumulative = if is_retry {
+            let before = running_incremental;
             running_incremental = running_incremental
                 .zip(estimated)
-                .and_then(|(a, b)| a.checked_add(b));
+                .and_then(|(a, b)| add_exact(a, b));
+            sum_too_large =
+                before.is_some() && estimated.is_some() && running_incremental.is_none();
             running_incremental.filter(|_| !gap)
         } else {
             Some(Decimal::ZERO)
@@ -130,13 +139,14 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
         let remaining = env
             .max_incremental_usd
             .zip(cumulative)
-            .and_then(|(max, cum)| max.checked_sub(cum));
+            .and_then(|(max, cum)| sub_exact(max, cum));
 
         let unaudited_reason = audit(AuditInput {
             envelope: &envelope,
             snapshot,
             group_ratio,
             attempt,
+            sum_too_large,
             first_missing: is_retry && first.is_none(),
             gap,
             earlier_retry_unpriced,
@@ -270,7 +280,7 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
             });
         }
 
-        if is_retry && attempt.planned.is_none() {
+        if is_retry && running_incremental.is_none() {
             earlier_retry_unpriced = true;
         }
         earlier_output_reached_client |= span.output_reached_client == Some(true);
@@ -291,10 +301,10 @@ fn price_attempt<'a>(
         .model_family
         .as_deref()
         .or_else(|| price.and_then(|p| p.family.as_deref()));
-    let usage_invalid = usage_is_invalid(span);
+    let counts_invalid = usage_is_invalid(span);
     let cost = |output: Count| {
         let (price, ratio) = (price?, group_ratio?);
-        if usage_invalid {
+        if counts_invalid {
             return None;
         }
         let usage = Usage {
@@ -304,14 +314,24 @@ fn price_attempt<'a>(
         };
         cost_usd(price, ratio, usage)
     };
+    let (planned, actual) = (cost(span.output_cap), cost(span.output_tokens));
+    // Counts every check let through, priced by a known snapshot, can still be too large for a
+    // decimal to hold the cost exactly: no provider bills that, and an audited row needs figures.
+    let priceable = price.is_some() && group_ratio.is_some() && span.input_tokens.value().is_some();
+    let unpriceable = |output: Count, cost: Option<Decimal>| {
+        priceable && output.value().is_some() && cost.is_none()
+    };
+    let usage_invalid = counts_invalid
+        || unpriceable(span.output_cap, planned)
+        || unpriceable(span.output_tokens, actual);
     Priced {
         span,
         index,
         price,
         family,
         usage_invalid,
-        planned: cost(span.output_cap),
-        actual: cost(span.output_tokens),
+        planned: planned.filter(|_| !usage_invalid),
+        actual: actual.filter(|_| !usage_invalid),
     }
 }
 
@@ -351,6 +371,8 @@ struct AuditInput<'a> {
     snapshot: Option<&'a Snapshot>,
     group_ratio: Option<Decimal>,
     attempt: &'a Priced<'a>,
+    /// Adding this retry's estimate made the cumulative too large to hold exactly.
+    sum_too_large: bool,
     first_missing: bool,
     gap: bool,
     earlier_retry_unpriced: bool,
@@ -400,7 +422,7 @@ fn audit(input: AuditInput<'_>) -> Option<UnauditedReason> {
     if span.input_tokens == Count::Missing {
         return Some(R::InputTokensMissing);
     }
-    if input.attempt.usage_invalid {
+    if input.attempt.usage_invalid || input.sum_too_large {
         return Some(R::InvalidUsage);
     }
     if input.first_missing {

@@ -730,3 +730,76 @@ fn parent_grouped_attempts_take_the_request_id_of_their_logical_span() {
     let rows = evaluate(&request, &book(), &RulesConfig::default());
     assert_eq!(rows[0].request_id, "req-from-logical");
 }
+
+#[test]
+fn a_request_of_a_hundred_thousand_attempts_is_evaluated_in_linear_time() {
+    const ATTEMPTS: i32 = 100_000;
+    let numbered = |i: i32| {
+        with(attempt(0, "glm-5"), |a| {
+            a.attempt_index = Some(i);
+            a.span_id = (u64::from(i.unsigned_abs()) + 1).to_be_bytes();
+        })
+    };
+    let mut request = request_with(envelope(), (ATTEMPTS / 2..ATTEMPTS).map(numbered).collect());
+    request.evaluated = (0..ATTEMPTS / 2).map(numbered).collect();
+    let started = std::time::Instant::now();
+    let rows = evaluate(&request, &book(), &RulesConfig::default());
+    let elapsed = started.elapsed();
+    // Generous for a debug build on a busy 2-core machine; a scan per attempt takes minutes.
+    assert!(
+        elapsed < std::time::Duration::from_secs(30),
+        "took {elapsed:?}"
+    );
+    assert_eq!(rows.len(), (ATTEMPTS / 2) as usize);
+    assert_eq!(rows[0].attempt_index, ATTEMPTS / 2);
+    assert_eq!(rows[0].decision, Decision::OverAttempts);
+}
+
+/// The shipped snapshot under another version, with `glm-5` priced at `input` per million.
+fn book_pricing_glm_input_at(input: &str) -> (PricingBook, EnvelopeFields) {
+    let text = SNAPSHOT.replace(VERSION, "dear").replace(
+        r#""input": "0.775", "output": "2.480""#,
+        &format!(r#""input": "{input}", "output": "0""#),
+    );
+    let mut book = book();
+    book.insert(Snapshot::from_bytes("dear.json".as_ref(), text.as_bytes()).unwrap())
+        .unwrap();
+    (book, env_with(|e| e.pricing_version = Some("dear".into())))
+}
+
+#[test]
+fn usage_too_large_to_price_exactly_is_invalid_usage() {
+    let (book, env) = book_pricing_glm_input_at("79228162514264337593543950335");
+    let request = request_with(env, vec![attempt(0, "glm-5"), attempt(1, "glm-5")]);
+    let rows = evaluate(&request, &book, &RulesConfig::default());
+    for row in &rows {
+        assert_eq!(row.unaudited_reason, Some(R::InvalidUsage));
+        assert_eq!(row.planned_attempt_usd, None);
+    }
+    assert_eq!(rows[1].decision, Decision::Unaudited);
+}
+
+#[test]
+fn a_cumulative_too_large_to_hold_exactly_leaves_the_retries_unaudited() {
+    // Each retry plans 5e15 * 1000.0000000001 / 1e6 = 5000000000000.5 USD: a decimal holds
+    // one exactly at 16 places, but not the sum of two.
+    let (book, env) = book_pricing_glm_input_at("1000.0000000001");
+    let huge = |index| {
+        with(attempt(index, "glm-5"), |a| {
+            a.input_tokens = Count::Value(5_000_000_000_000_000);
+            a.cached_input_tokens = Count::Value(0);
+            a.output_cap = Count::Value(0);
+        })
+    };
+    let request = request_with(env, vec![huge(0), huge(1), huge(2), huge(3)]);
+    let rows = evaluate(&request, &book, &RulesConfig::default());
+    assert_eq!(rows[1].planned_attempt_usd, Some(d("5000000000000.5")));
+    assert!(rows[1].audited);
+    assert_eq!(rows[1].decision, Decision::OverEnvelope);
+    assert_eq!(rows[2].planned_attempt_usd, Some(d("5000000000000.5")));
+    assert_eq!(rows[2].cumulative_incremental_usd, None);
+    assert_eq!(rows[2].unaudited_reason, Some(R::InvalidUsage));
+    assert_eq!(rows[2].decision, Decision::Unaudited);
+    assert_eq!(rows[3].cumulative_incremental_usd, None);
+    assert_eq!(rows[3].unaudited_reason, Some(R::EarlierAttemptUnpriced));
+}

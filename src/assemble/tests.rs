@@ -1,0 +1,103 @@
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+use super::*;
+use crate::contract::{attr, kv};
+use crate::pipeline::span_facts;
+
+/// A hostile exporter's request: far more attempts than any retry policy makes.
+const HOSTILE_ATTEMPTS: usize = 200_000;
+
+/// One export of `n` tiny attempt spans of the same request: same trace, same request id.
+fn one_request_of(n: usize) -> ExportTraceServiceRequest {
+    let spans = (0..n)
+        .map(|i| Span {
+            trace_id: vec![7; 16],
+            span_id: (i as u64 + 1).to_be_bytes().to_vec(),
+            start_time_unix_nano: i as u64,
+            attributes: vec![
+                kv(attr::REQUEST_ID, Value::StringValue("req-1".into())),
+                kv(attr::ATTEMPT_INDEX, Value::IntValue(i as i64)),
+            ],
+            ..Default::default()
+        })
+        .collect();
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// Generous for a debug build on a busy 2-core machine; a scan per span takes minutes.
+const LINEAR_TIME_BOUND: Duration = Duration::from_secs(30);
+
+#[test]
+fn two_hundred_thousand_attempts_of_one_request_are_grouped_in_linear_time() {
+    let export = one_request_of(HOSTILE_ATTEMPTS);
+    let started = Instant::now();
+    let mut grouper = Grouper::with_finished_capacity(1);
+    for facts in span_facts(&export) {
+        assert!(matches!(grouper.offer(facts), Offer::Attempt(_)));
+    }
+    let requests = grouper.drain_all();
+    let elapsed = started.elapsed();
+    assert!(elapsed < LINEAR_TIME_BOUND, "grouping took {elapsed:?}");
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].attempts.len(), HOSTILE_ATTEMPTS);
+
+    let started = Instant::now();
+    for facts in span_facts(&export) {
+        assert_eq!(grouper.offer(facts), Offer::Duplicate);
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < LINEAR_TIME_BOUND,
+        "re-sent spans took {elapsed:?}"
+    );
+}
+
+#[test]
+fn two_hundred_thousand_attempts_of_one_request_are_assembled_live_in_linear_time() {
+    let export = one_request_of(HOSTILE_ATTEMPTS);
+    let mut assembler = Assembler::new(AssemblerOptions::default());
+    let mut ready = Ready::default();
+    let now = Instant::now();
+    let started = Instant::now();
+    for facts in span_facts(&export) {
+        assembler.offer(facts, now, &mut ready);
+    }
+    let requests = assembler.drain_all();
+    let elapsed = started.elapsed();
+    assert!(elapsed < LINEAR_TIME_BOUND, "assembling took {elapsed:?}");
+    assert!(
+        ready.requests.is_empty(),
+        "no logical span, so nothing completes early"
+    );
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].attempts.len(), HOSTILE_ATTEMPTS);
+}
+
+#[test]
+fn a_span_sent_again_is_a_duplicate_while_pending_and_once_evaluated() {
+    let export = one_request_of(3);
+    let mut grouper = Grouper::with_finished_capacity(10);
+    for facts in span_facts(&export) {
+        assert!(matches!(grouper.offer(facts), Offer::Attempt(_)));
+    }
+    for facts in span_facts(&export) {
+        assert_eq!(grouper.offer(facts), Offer::Duplicate);
+    }
+    assert_eq!(grouper.drain_all()[0].attempts.len(), 3);
+    for facts in span_facts(&export) {
+        assert_eq!(grouper.offer(facts), Offer::Duplicate);
+    }
+    assert_eq!(grouper.pending_groups(), 0);
+}
