@@ -1,0 +1,257 @@
+//! Micro-benchmarks of the engine's hot path, per span or per row.
+//!
+//! `cargo bench --bench engine` (a few minutes). Inputs come from `examples/retries.jsonl`,
+//! the bundled example spans, copied with fresh trace ids up to a 512-span export request.
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
+use prost::Message;
+
+use retry_spend_collector::assemble::{Grouper, Request};
+use retry_spend_collector::contract::otlp_json::parse_request;
+use retry_spend_collector::contract::{service_name, SpanFacts};
+use retry_spend_collector::pipeline::{ingest, span_facts};
+use retry_spend_collector::pricing::PricingBook;
+use retry_spend_collector::record::AttemptRow;
+use retry_spend_collector::rules::{evaluate, RulesConfig};
+use retry_spend_collector::sinks::parquet::rows_to_batch;
+use retry_spend_collector::sinks::parquet::schema::HIGH_CARDINALITY_COLUMNS;
+
+const SPANS_PER_REQUEST: usize = 512;
+const ROWS_PER_BATCH: usize = 4096;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The export requests of `examples/retries.jsonl`.
+fn example_requests() -> Vec<ExportTraceServiceRequest> {
+    let text = std::fs::read_to_string(root().join("examples/retries.jsonl"))
+        .expect("examples/retries.jsonl");
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| parse_request(l.as_bytes()).expect("example line parses"))
+        .collect()
+}
+
+fn book() -> PricingBook {
+    PricingBook::load_dir(&root().join("config/pricing")).expect("pricing snapshots load")
+}
+
+/// One export request of `SPANS_PER_REQUEST` spans: the example spans copied, each copy with
+/// its own trace ids (so no copy is a duplicate of another), under one resource.
+fn request_512() -> ExportTraceServiceRequest {
+    let examples = example_requests();
+    let resource: Option<Resource> = examples[0].resource_spans[0].resource.clone();
+    let scope = examples[0].resource_spans[0].scope_spans[0].scope.clone();
+    let mut spans = Vec::with_capacity(SPANS_PER_REQUEST);
+    'fill: for copy in 0u32.. {
+        for request in &examples {
+            for span in request
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .flat_map(|s| &s.spans)
+            {
+                if spans.len() == SPANS_PER_REQUEST {
+                    break 'fill;
+                }
+                let mut span = span.clone();
+                span.trace_id[..4].copy_from_slice(&copy.to_be_bytes());
+                spans.push(span);
+            }
+        }
+    }
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource,
+            scope_spans: vec![ScopeSpans {
+                scope,
+                spans,
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }],
+    }
+}
+
+/// Every logical request of the examples, grouped.
+fn example_logical_requests() -> Vec<Request> {
+    let mut grouper = Grouper::with_finished_capacity(0);
+    for request in example_requests() {
+        ingest(&mut grouper, &request, |_| {});
+    }
+    grouper.drain_all()
+}
+
+/// `ROWS_PER_BATCH` rows: the examples' rows repeated, with unique trace and span ids so the
+/// id columns compress like real ones.
+fn rows() -> Vec<AttemptRow> {
+    let book = book();
+    let config = RulesConfig::default();
+    let base: Vec<AttemptRow> = example_logical_requests()
+        .iter()
+        .flat_map(|r| evaluate(r, &book, &config))
+        .collect();
+    (0..ROWS_PER_BATCH)
+        .map(|i| {
+            let mut row = base[i % base.len()].clone();
+            let n = i as u64;
+            row.trace_id = format!("{:032x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            row.span_id = format!("{:016x}", n.wrapping_mul(0xc2b2_ae3d_27d4_eb4f));
+            row.event_time += i as i64 * 1_000_000_000;
+            row.end_time += i as i64 * 1_000_000_000;
+            row
+        })
+        .collect()
+}
+
+/// The sink's writer settings (`src/sinks/parquet/sink.rs`).
+fn writer_properties() -> WriterProperties {
+    let mut builder = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_dictionary_enabled(true)
+        .set_max_row_group_row_count(Some(65_536));
+    for column in HIGH_CARDINALITY_COLUMNS {
+        builder = builder.set_column_dictionary_enabled(ColumnPath::from(*column), false);
+    }
+    builder.build()
+}
+
+fn contract(c: &mut Criterion) {
+    let request = request_512();
+    let encoded = request.encode_to_vec();
+    let mut group = c.benchmark_group("contract");
+    group.throughput(Throughput::Elements(SPANS_PER_REQUEST as u64));
+    group.bench_function("protobuf_decode_512_spans", |b| {
+        b.iter(|| ExportTraceServiceRequest::decode(black_box(&encoded[..])).unwrap())
+    });
+    group.bench_function("span_facts_512_spans", |b| {
+        b.iter(|| span_facts(black_box(&request)).count())
+    });
+    let service = service_name(
+        request.resource_spans[0]
+            .resource
+            .as_ref()
+            .map_or(&[][..], |r| r.attributes.as_slice()),
+    );
+    let spans = &request.resource_spans[0].scope_spans[0].spans;
+    group.bench_function("from_span_512_spans_collect", |b| {
+        b.iter(|| {
+            spans
+                .iter()
+                .map(|s| SpanFacts::from_span(black_box(s), &Arc::clone(&service)))
+                .collect::<Vec<_>>()
+        })
+    });
+    group.bench_function("decode_group_evaluate_512_spans", |b| {
+        let book = book();
+        let config = RulesConfig::default();
+        b.iter(|| {
+            let request = ExportTraceServiceRequest::decode(black_box(&encoded[..])).unwrap();
+            let mut grouper = Grouper::with_finished_capacity(0);
+            ingest(&mut grouper, &request, |_| {});
+            grouper
+                .drain_all()
+                .iter()
+                .map(|r| evaluate(r, &book, &config).len())
+                .sum::<usize>()
+        })
+    });
+    group.finish();
+}
+
+fn rules(c: &mut Criterion) {
+    let book = book();
+    let config = RulesConfig::default();
+    let requests = example_logical_requests();
+    let three = requests
+        .iter()
+        .find(|r| r.attempts.len() == 3 && r.logical.is_some())
+        .expect("an example request with 3 attempts");
+    let mut group = c.benchmark_group("rules");
+    group.throughput(Throughput::Elements(3));
+    group.bench_function("evaluate_3_attempts", |b| {
+        b.iter(|| evaluate(black_box(three), &book, &config))
+    });
+    let attempts: u64 = requests.iter().map(|r| r.attempts.len() as u64).sum();
+    group.throughput(Throughput::Elements(attempts));
+    group.bench_function("evaluate_all_examples", |b| {
+        b.iter(|| {
+            requests
+                .iter()
+                .map(|r| evaluate(black_box(r), &book, &config).len())
+                .sum::<usize>()
+        })
+    });
+    group.finish();
+}
+
+fn parquet(c: &mut Criterion) {
+    let rows = rows();
+    let properties = writer_properties();
+    let mut group = c.benchmark_group("parquet");
+    group.throughput(Throughput::Elements(rows.len() as u64));
+    group.bench_function("rows_to_batch_4096_rows", |b| {
+        b.iter(|| rows_to_batch(black_box(&rows)).unwrap())
+    });
+    let batch = rows_to_batch(&rows).unwrap();
+    group.bench_function("write_zstd_4096_rows", |b| {
+        b.iter_batched(
+            || Vec::with_capacity(1 << 20),
+            |buffer| {
+                let mut writer =
+                    ArrowWriter::try_new(buffer, batch.schema(), Some(properties.clone())).unwrap();
+                writer.write(black_box(&batch)).unwrap();
+                writer.into_inner().unwrap().len()
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("rows_to_batch_and_write_4096_rows", |b| {
+        b.iter(|| {
+            let batch = rows_to_batch(black_box(&rows)).unwrap();
+            let mut writer =
+                ArrowWriter::try_new(Vec::new(), batch.schema(), Some(properties.clone())).unwrap();
+            writer.write(&batch).unwrap();
+            writer.into_inner().unwrap().len()
+        })
+    });
+    group.finish();
+    let bytes = {
+        let mut writer =
+            ArrowWriter::try_new(Vec::new(), batch.schema(), Some(properties.clone())).unwrap();
+        writer.write(&batch).unwrap();
+        writer.into_inner().unwrap().len()
+    };
+    println!(
+        "parquet: {} rows → {bytes} bytes, {:.1} bytes per row (zstd, one row group)",
+        rows.len(),
+        bytes as f64 / rows.len() as f64
+    );
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = contract, rules, parquet
+}
+criterion_main!(benches);
