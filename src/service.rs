@@ -32,8 +32,10 @@ use crate::sinks::parquet::{ParquetSink, SinkOptions};
 use crate::wal::{self, FsyncPolicy, WalOptions, WalWriter};
 use std::collections::HashSet;
 
-/// Logged export requests queued ahead of the worker before the log stage waits.
-const PIPELINE_QUEUE: usize = 256;
+/// Logged export requests queued ahead of the worker before the log stage waits. Each holds a
+/// decoded request (about 1 MB for 512 spans), so a short queue is what bounds memory; a full
+/// one holds the answers back, which in turn fills the in-flight budget and refuses.
+const PIPELINE_QUEUE: usize = 16;
 /// Export requests waiting for the log; beyond it receivers refuse with a retryable answer.
 const LOG_QUEUE: usize = 4096;
 /// How often pending groups are checked against their wait and files against their age.

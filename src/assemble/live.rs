@@ -146,6 +146,12 @@ impl Assembler {
         self.grouper.drain_all()
     }
 
+    /// Remembers an evaluated request for late retries and re-sent spans (see
+    /// [`Grouper::finish`]).
+    pub fn finish(&mut self, request: Request) {
+        self.grouper.finish(request);
+    }
+
     /// Whether this logical span is still waiting for its attempts.
     pub fn holds_logical(&self, trace_id: TraceId, span_id: SpanId) -> bool {
         self.grouper.holds_logical(trace_id, span_id)

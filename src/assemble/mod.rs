@@ -323,7 +323,8 @@ impl Grouper {
     }
 
     /// Removes a group and returns it as a request, with the attempts of the same request that
-    /// were evaluated before. The request is then remembered as finished.
+    /// were evaluated before. Its span ids count as seen from now on; hand the request back to
+    /// [`Grouper::finish`] once evaluated so that late retries find its attempts.
     pub fn take(&mut self, key: &GroupKey) -> Option<Request> {
         let Group {
             mut attempts,
@@ -347,17 +348,21 @@ impl Grouper {
             attempts = new;
         }
         let mut evaluated = Vec::new();
-        if let Some(finished) = self.finished.get_mut(key) {
+        if let Some(finished) = self.finished.get(key) {
             evaluated.clone_from(&finished.attempts);
             if logical.is_none() {
                 logical = finished.logical.clone();
             }
         }
-        self.remember(
-            key,
-            logical.as_ref(),
-            already_written.iter().chain(&attempts),
-        );
+        if let Some(entry) = self.finished_entry(key) {
+            // Ids now, so a copy arriving before `finish` is still a duplicate.
+            let ids = already_written.iter().chain(&attempts).map(|a| a.span_id);
+            entry.span_ids.extend(ids);
+            if let Some(l) = &logical {
+                self.finished_logical
+                    .insert((l.trace_id, l.span_id), key.clone());
+            }
+        }
         evaluated.extend(already_written);
         Some(Request {
             key: key.clone(),
@@ -367,14 +372,25 @@ impl Grouper {
         })
     }
 
-    fn remember<'a>(
-        &mut self,
-        key: &GroupKey,
-        logical: Option<&SpanFacts>,
-        attempts: impl Iterator<Item = &'a SpanFacts>,
-    ) {
-        if self.finished_capacity == 0 {
+    /// Remembers an evaluated request: its attempts and logical span move into the finished
+    /// cache (no copy), where late retries and re-sent spans are checked against them.
+    pub fn finish(&mut self, request: Request) {
+        let Some(entry) = self.finished_entry(&request.key) else {
             return;
+        };
+        let known = entry.attempts.len();
+        let new_context = request.evaluated.into_iter().skip(known);
+        entry.attempts.extend(new_context.chain(request.attempts));
+        if entry.logical.is_none() {
+            entry.logical = request.logical;
+        }
+    }
+
+    /// The finished-cache entry of `key`, made (evicting the oldest) if new; `None` when the
+    /// cache is off.
+    fn finished_entry(&mut self, key: &GroupKey) -> Option<&mut Finished> {
+        if self.finished_capacity == 0 {
+            return None;
         }
         if !self.finished.contains_key(key) {
             while self.finished.len() >= self.finished_capacity {
@@ -389,18 +405,7 @@ impl Grouper {
             }
             self.finished_order.push_back(key.clone());
         }
-        let entry = self.finished.entry(key.clone()).or_default();
-        for attempt in attempts {
-            entry.span_ids.insert(attempt.span_id);
-            entry.attempts.push(attempt.clone());
-        }
-        if entry.logical.is_none() {
-            if let Some(l) = logical {
-                self.finished_logical
-                    .insert((l.trace_id, l.span_id), key.clone());
-                entry.logical = Some(l.clone());
-            }
-        }
+        Some(self.finished.entry(key.clone()).or_default())
     }
 
     /// Every group, in key order so output is deterministic whatever the arrival order.

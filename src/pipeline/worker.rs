@@ -352,7 +352,8 @@ impl Worker {
         }
         let mut rows: Vec<AttemptRow> = Vec::new();
         let mut lsns: Option<LsnRange> = None;
-        for request in &ready.requests {
+        let requests = ready.requests.len() as u64;
+        for request in ready.requests {
             if !request.evaluated.is_empty() {
                 self.metrics.late_attempts(request.attempts.len() as u64);
             }
@@ -366,9 +367,10 @@ impl Worker {
                 self.logical_lsns
                     .remove(&(logical.trace_id, logical.span_id));
             }
-            rows.extend(self.engine.evaluate(request));
+            rows.extend(self.engine.evaluate(&request));
+            self.assembler.finish(request);
         }
-        self.summary.requests += ready.requests.len() as u64;
+        self.summary.requests += requests;
         if rows.is_empty() {
             return;
         }

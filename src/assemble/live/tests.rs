@@ -125,6 +125,9 @@ fn late_retry_comes_with_the_attempts_already_evaluated() {
     a.offer(attempt(1, 1), t, &mut ready);
     a.offer(attempt(1, 2), t, &mut ready);
     assert_eq!(ready.requests.len(), 1);
+    for request in ready.requests {
+        a.finish(request);
+    }
 
     let mut late = Ready::default();
     assert!(matches!(
