@@ -15,6 +15,11 @@ use retry_spend_collector::replay::replay;
 use retry_spend_collector::rules::RulesConfig;
 use retry_spend_collector::sinks::parquet::SinkOptions;
 
+/// The collector allocates per span on its hot path; glibc's allocator spent about a tenth of
+/// its CPU in consolidation and fragmentation under load (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "retry-spend-collector",

@@ -55,6 +55,11 @@ impl InFlight {
             });
     }
 
+    /// No request of any size fits any more.
+    pub fn is_full(&self) -> bool {
+        self.used() >= self.limit
+    }
+
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Acquire)
     }

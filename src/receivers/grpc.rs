@@ -151,6 +151,14 @@ where
         if request.uri().path() != EXPORT_PATH {
             return Box::pin(async { Ok(Status::unimplemented("unknown method").into_http()) });
         }
+        if let Some(refusal) = self.method.intake.refuse_early() {
+            self.method
+                .intake
+                .metrics()
+                .export_request("grpc", refusal.outcome());
+            let status = status_of(&refusal);
+            return Box::pin(async move { Ok(status.into_http()) });
+        }
         let method = self.method.clone();
         let limit = self.max_request_bytes;
         Box::pin(async move {

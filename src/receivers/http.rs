@@ -167,6 +167,10 @@ async fn export(State(state): State<HttpState>, headers: HeaderMap, body: Body) 
             return refusal.into_response(None);
         }
     };
+    if let Some(early) = state.intake.refuse_early() {
+        metrics.export_request("http", early.outcome());
+        return refusal_of(early).into_response(Some(encoding));
+    }
     match accept(&state, &headers, body, encoding).await {
         Ok(()) => {
             metrics.export_request("http", "ok");
@@ -267,15 +271,17 @@ async fn accept(
         .intake
         .submit(bytes, request, Transport::Http)
         .await
-        .map_err(|refusal| {
-            let status = match refusal {
-                IntakeRefusal::Busy => StatusCode::TOO_MANY_REQUESTS,
-                IntakeRefusal::Storage(_) | IntakeRefusal::Closed => {
-                    StatusCode::SERVICE_UNAVAILABLE
-                }
-            };
-            Refusal::new(status, refusal.outcome(), refusal.to_string())
-        })
+        .map_err(refusal_of)
+}
+
+/// The HTTP answer to a refused export: 429 when busy, 503 when storage or the collector is
+/// unavailable; both with `Retry-After`, both retried by OTLP clients.
+fn refusal_of(refusal: IntakeRefusal) -> Refusal {
+    let status = match refusal {
+        IntakeRefusal::Busy => StatusCode::TOO_MANY_REQUESTS,
+        IntakeRefusal::Storage(_) | IntakeRefusal::Closed => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    Refusal::new(status, refusal.outcome(), refusal.to_string())
 }
 
 /// Undoes `Content-Encoding: gzip`, refusing bodies that inflate past the limit.

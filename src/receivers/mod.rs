@@ -113,6 +113,19 @@ impl Intake {
         &self.metrics
     }
 
+    /// A refusal known before the request is even read: the memory bound is already reached,
+    /// or a sink cannot write. Checked first so an overloaded collector does not spend CPU
+    /// decoding requests it will refuse.
+    pub fn refuse_early(&self) -> Option<Refusal> {
+        if self.discard {
+            return None;
+        }
+        if let Some(problem) = self.health.problem(crate::pipeline::PARQUET_COMPONENT) {
+            return Some(Refusal::Storage(problem));
+        }
+        self.in_flight.is_full().then_some(Refusal::Busy)
+    }
+
     /// Logs one decoded export request (`bytes` is its protobuf encoding) and queues it for
     /// the pipeline. `Ok` means it is durable: it will be a row even after a crash.
     pub async fn submit(
