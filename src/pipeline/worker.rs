@@ -78,6 +78,23 @@ pub struct Worker {
     last_checkpoint: Instant,
     /// Rows whose write failed, retried on every tick: the probe that notices recovery.
     unwritten: Vec<(Vec<AttemptRow>, Option<LsnRange>)>,
+    /// Rows evaluated but not yet handed to the sink: Arrow and Parquet pay per batch, so
+    /// rows of many exports go together.
+    batch: Vec<AttemptRow>,
+    batch_lsns: Option<LsnRange>,
+}
+
+/// Rows handed to the sink at once (also on every tick, barrier and at shutdown).
+const WRITE_BATCH_ROWS: usize = 4096;
+
+fn widen(range: Option<LsnRange>, other: Option<LsnRange>) -> Option<LsnRange> {
+    match (range, other) {
+        (Some(a), Some(b)) => Some(LsnRange {
+            min: a.min.min(b.min),
+            max: a.max.max(b.max),
+        }),
+        (a, b) => a.or(b),
+    }
 }
 
 impl Worker {
@@ -107,6 +124,8 @@ impl Worker {
             pinned_lsn: None,
             last_checkpoint: Instant::now(),
             unwritten: Vec::new(),
+            batch: Vec::with_capacity(WRITE_BATCH_ROWS),
+            batch_lsns: None,
         }
     }
 
@@ -154,6 +173,7 @@ impl Worker {
                 PipelineMessage::Tick => self.tick(now),
                 PipelineMessage::Barrier(done) => {
                     // A barrier is also the moment to notice a sink that can write again.
+                    self.flush_batch();
                     self.retry_unwritten();
                     let _ = done.send(());
                 }
@@ -168,6 +188,7 @@ impl Worker {
             requests: pending,
             evicted: 0,
         });
+        self.flush_batch();
         self.close_sink();
         self.summary.all_written = self.summary.rows_lost == 0 && self.pinned_lsn.is_none();
         self.summary
@@ -279,6 +300,7 @@ impl Worker {
         let mut ready = Ready::default();
         self.assembler.expire(now, &mut ready);
         self.evaluate(ready);
+        self.flush_batch();
         self.retry_unwritten();
         if let Some(sink) = &mut self.sink {
             let result = sink.rotate_expired(now);
@@ -304,6 +326,7 @@ impl Worker {
             self.group_lsns.values().map(|r| r.min).min(),
             self.logical_lsns.values().copied().min(),
             self.sink.as_ref().and_then(ParquetSink::oldest_open_lsn),
+            self.batch_lsns.map(|r| r.min),
             self.pinned_lsn,
         ]
         .into_iter()
@@ -357,12 +380,7 @@ impl Worker {
             if !request.evaluated.is_empty() {
                 self.metrics.late_attempts(request.attempts.len() as u64);
             }
-            if let Some(range) = self.group_lsns.remove(&request.key) {
-                lsns = Some(lsns.map_or(range, |r| LsnRange {
-                    min: r.min.min(range.min),
-                    max: r.max.max(range.max),
-                }));
-            }
+            lsns = widen(lsns, self.group_lsns.remove(&request.key));
             if let Some(logical) = &request.logical {
                 self.logical_lsns
                     .remove(&(logical.trace_id, logical.span_id));
@@ -377,6 +395,19 @@ impl Worker {
         self.summary.rows += rows.len() as u64;
         self.metrics.record_rows(&rows);
         self.forward_enriched(&rows);
+        self.batch.extend(rows);
+        self.batch_lsns = widen(self.batch_lsns, lsns);
+        if self.batch.len() >= WRITE_BATCH_ROWS {
+            self.flush_batch();
+        }
+    }
+
+    fn flush_batch(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let rows = std::mem::replace(&mut self.batch, Vec::with_capacity(WRITE_BATCH_ROWS));
+        let lsns = self.batch_lsns.take();
         self.write_rows(rows, lsns);
     }
 

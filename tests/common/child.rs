@@ -123,11 +123,13 @@ pub fn start(output: &Path, args: &[&str], envs: &[(&str, &str)]) -> Collector {
         .expect("start collector");
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
+    let mut early = Vec::new();
     let grpc_addr = loop {
         let line = lines
             .next()
             .expect("collector exited before listening")
             .expect("log line");
+        early.push(line.clone());
         if let Some(rest) = line.split("grpc_addr=").nth(1) {
             break rest
                 .split_whitespace()
@@ -139,6 +141,9 @@ pub fn start(output: &Path, args: &[&str], envs: &[(&str, &str)]) -> Collector {
     };
     // Keep draining the log so the child never blocks on a full pipe.
     let (log, log_lines) = std::sync::mpsc::channel();
+    for line in early {
+        let _ = log.send(line);
+    }
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
             let _ = log.send(line);
