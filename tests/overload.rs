@@ -7,25 +7,11 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
+use common::collector::{config, EXAMPLE};
 use common::read_table;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
-use retry_spend_collector::config::Config;
 use retry_spend_collector::service::{start, Collector};
-
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
-const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
-
-fn config(output: &Path) -> Config {
-    let mut config = Config::default();
-    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    config.receivers.otlp.grpc_addr = loopback;
-    config.receivers.otlp.http_addr = loopback;
-    config.telemetry.metrics_addr = loopback;
-    config.processors.retry_spend.pricing_dir = PRICING.into();
-    config.exporters.parquet.output_dir = output.to_path_buf();
-    config
-}
 
 /// The example's requests, each made unique by `round` (trace ids rewritten), as protobuf.
 fn requests(round: u8) -> Vec<Vec<u8>> {

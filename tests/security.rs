@@ -4,74 +4,17 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-
+use common::collector::{config, example_requests, replayed_rows, stop, EXAMPLE, EXAMPLE_ROWS};
 use common::otel::by_service;
 use common::secure::{
     export_grpc, export_https, export_raw_grpc, post_https, self_signed, tokens_file, Client,
 };
-use common::{read_table, temporary_files, Row};
 use opentelemetry_otlp::Protocol;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use retry_spend_collector::config::Config;
-use retry_spend_collector::pipeline::Engine;
-use retry_spend_collector::pricing::PricingBook;
-use retry_spend_collector::replay::replay;
-use retry_spend_collector::rules::RulesConfig;
 use retry_spend_collector::service::{start, Collector};
-use retry_spend_collector::sinks::parquet::SinkOptions;
 
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
-const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
-const EXAMPLE_ROWS: usize = 25;
 const TOKEN: &str = "rsc-ingest-7f3a9c";
 const SECOND_TOKEN: &str = "rsc-ingest-b81d20";
 const WRONG_TOKEN: &str = "rsc-ingest-7f3a9d";
-
-fn config(output: &Path) -> Config {
-    let mut config = Config::default();
-    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    config.receivers.otlp.grpc_addr = loopback;
-    config.receivers.otlp.http_addr = loopback;
-    config.telemetry.metrics_addr = loopback;
-    config.processors.retry_spend.pricing_dir = PRICING.into();
-    config.exporters.parquet.output_dir = output.to_path_buf();
-    config
-}
-
-fn example_requests() -> Vec<ExportTraceServiceRequest> {
-    std::fs::read_to_string(EXAMPLE)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-/// What `replay` writes for the example: the rows every secured transport must reproduce.
-fn replayed_rows() -> Vec<Row> {
-    let out = tempfile::tempdir().unwrap();
-    let engine = Engine {
-        book: PricingBook::load_dir(Path::new(PRICING)).unwrap(),
-        rules: RulesConfig::default(),
-    };
-    replay(
-        &[PathBuf::from(EXAMPLE)],
-        &engine,
-        out.path(),
-        SinkOptions::default(),
-        |_| {},
-    )
-    .unwrap();
-    read_table(out.path()).1
-}
-
-async fn stop(collector: Collector, output: &Path) -> Vec<Row> {
-    collector.shutdown();
-    collector.wait().await.expect("clean shutdown");
-    assert!(temporary_files(output).is_empty());
-    read_table(output).1
-}
 
 fn export_requests_line(collector: &Collector, transport: &str, outcome: &str) -> String {
     let prefix = format!(

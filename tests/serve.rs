@@ -4,11 +4,13 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use common::collector::{
+    config, example_requests, replayed_rows, stop, EXAMPLE_ROWS, EXAMPLE_SPANS,
+};
 use common::otel::{by_service, export_grpc, export_http, ServiceBatch};
-use common::{read_table, temporary_files, usd, Row};
+use common::usd;
 use opentelemetry_otlp::Protocol;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -17,66 +19,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use retry_spend_collector::config::Config;
-use retry_spend_collector::pipeline::Engine;
-use retry_spend_collector::pricing::PricingBook;
-use retry_spend_collector::replay::replay;
-use retry_spend_collector::rules::RulesConfig;
-use retry_spend_collector::service::{start, Collector};
-use retry_spend_collector::sinks::parquet::SinkOptions;
-
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
-const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
-/// Spans in the example file; attempts among them.
-const EXAMPLE_SPANS: usize = 37;
-const EXAMPLE_ROWS: usize = 25;
-
-fn config(output: &Path) -> Config {
-    let mut config = Config::default();
-    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    config.receivers.otlp.grpc_addr = loopback;
-    config.receivers.otlp.http_addr = loopback;
-    config.telemetry.metrics_addr = loopback;
-    config.processors.retry_spend.pricing_dir = PRICING.into();
-    config.exporters.parquet.output_dir = output.to_path_buf();
-    config
-}
-
-fn example_requests() -> Vec<ExportTraceServiceRequest> {
-    std::fs::read_to_string(EXAMPLE)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-/// What `replay` writes for the example: the rows every transport must reproduce.
-fn replayed_rows() -> Vec<Row> {
-    let out = tempfile::tempdir().unwrap();
-    let engine = Engine {
-        book: PricingBook::load_dir(Path::new(PRICING)).unwrap(),
-        rules: RulesConfig::default(),
-    };
-    replay(
-        &[PathBuf::from(EXAMPLE)],
-        &engine,
-        out.path(),
-        SinkOptions::default(),
-        |_| {},
-    )
-    .unwrap();
-    read_table(out.path()).1
-}
-
-async fn stop(collector: Collector, output: &Path) -> Vec<Row> {
-    collector.shutdown();
-    collector.wait().await.expect("clean shutdown");
-    assert!(
-        temporary_files(output).is_empty(),
-        "no temporary file remains"
-    );
-    read_table(output).1
-}
+use retry_spend_collector::service::start;
 
 /// One span per batch, in a fixed scrambled order.
 fn one_span_per_call_shuffled(batches: Vec<ServiceBatch>) -> Vec<ServiceBatch> {

@@ -133,5 +133,6 @@ pub fn usd(rendered: &str) -> String {
         .to_owned()
 }
 pub mod child;
+pub mod collector;
 pub mod otel;
 pub mod secure;
