@@ -14,11 +14,10 @@ use super::schema::{SPAN_ID, TRACE_ID};
 use super::sink::{TABLE_DIR, WAL_LSN_KEY};
 use crate::contract::{SpanId, TraceId};
 
-/// Every completed file under `<output_dir>/attempts/`.
-fn completed_files(output_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// Every file in the partitions of `<output_dir>/attempts/`, with its name.
+fn partition_files(output_dir: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
     let mut files = Vec::new();
-    let table = output_dir.join(TABLE_DIR);
-    let partitions = match fs::read_dir(&table) {
+    let partitions = match fs::read_dir(output_dir.join(TABLE_DIR)) {
         Ok(p) => p,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(files),
         Err(e) => return Err(e),
@@ -34,13 +33,20 @@ fn completed_files(output_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            if !name.starts_with('.') && name.ends_with(".parquet") {
-                files.push(path);
-            }
+            files.push((path, name));
         }
     }
     files.sort();
     Ok(files)
+}
+
+/// Every completed file under `<output_dir>/attempts/`.
+fn completed_files(output_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    Ok(partition_files(output_dir)?
+        .into_iter()
+        .filter(|(_, name)| !name.starts_with('.') && name.ends_with(".parquet"))
+        .map(|(path, _)| path)
+        .collect())
 }
 
 /// The (trace id, span id) of every row in completed files that cover write-ahead log records
@@ -112,26 +118,11 @@ pub fn written_spans(
 /// Removes the hidden temporaries of files a crash left unfinished; their rows are recovered
 /// from the write-ahead log. Returns how many were removed.
 pub fn remove_temporary_files(output_dir: &Path) -> std::io::Result<usize> {
-    let table = output_dir.join(TABLE_DIR);
-    let Ok(partitions) = fs::read_dir(&table) else {
-        return Ok(0);
-    };
     let mut removed = 0;
-    for partition in partitions {
-        let partition = partition?.path();
-        if !partition.is_dir() {
-            continue;
-        }
-        for entry in fs::read_dir(&partition)? {
-            let path = entry?.path();
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if name.starts_with(".part-") && name.ends_with(".tmp") {
-                fs::remove_file(&path)?;
-                removed += 1;
-            }
+    for (path, name) in partition_files(output_dir)? {
+        if name.starts_with(".part-") && name.ends_with(".tmp") {
+            fs::remove_file(&path)?;
+            removed += 1;
         }
     }
     Ok(removed)
