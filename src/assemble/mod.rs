@@ -96,6 +96,11 @@ impl Request {
     }
 }
 
+/// A request with more attempts than this is evaluated in parts as they arrive (live), and no
+/// more of its attempts are kept as context: no SDK retries that often, and a hostile client
+/// must not grow one request's memory without bound.
+pub const MAX_ATTEMPTS_PER_REQUEST: usize = 10_000;
+
 /// Spans waiting for their request to be evaluated, and a bounded memory of evaluated ones.
 ///
 /// Like the OpenTelemetry Collector's tail sampler keeps a decision cache, the grouper keeps the
@@ -316,6 +321,9 @@ impl Grouper {
         let Some(group) = self.groups.get(key) else {
             return false;
         };
+        if group.attempts.len() >= MAX_ATTEMPTS_PER_REQUEST {
+            return true;
+        }
         self.logical_key(key, group.first_parent)
             .and_then(|k| self.logical_by_span.get(&k))
             .and_then(|l| l.attempt_count)
@@ -380,7 +388,10 @@ impl Grouper {
         };
         let known = entry.attempts.len();
         let new_context = request.evaluated.into_iter().skip(known);
-        entry.attempts.extend(new_context.chain(request.attempts));
+        let room = MAX_ATTEMPTS_PER_REQUEST.saturating_sub(known);
+        entry
+            .attempts
+            .extend(new_context.chain(request.attempts).take(room));
         if entry.logical.is_none() {
             entry.logical = request.logical;
         }
