@@ -295,6 +295,15 @@ impl SpanFacts {
     }
 }
 
+/// Trace and span ids back from the hex a row holds them in.
+pub fn ids_from_hex(trace_id: &str, span_id: &str) -> Option<(TraceId, SpanId)> {
+    let mut trace = [0u8; 16];
+    let mut span = [0u8; 8];
+    hex::decode_to_slice(trace_id, &mut trace).ok()?;
+    hex::decode_to_slice(span_id, &mut span).ok()?;
+    Some((trace, span))
+}
+
 /// The service name of a resource's attributes, `unknown_service` when it has none.
 pub fn service_name(resource_attributes: &[KeyValue]) -> Arc<str> {
     resource_attributes

@@ -87,16 +87,6 @@ pub struct Worker {
 /// Rows handed to the sink at once (also on every tick, barrier and at shutdown).
 const WRITE_BATCH_ROWS: usize = 4096;
 
-fn widen(range: Option<LsnRange>, other: Option<LsnRange>) -> Option<LsnRange> {
-    match (range, other) {
-        (Some(a), Some(b)) => Some(LsnRange {
-            min: a.min.min(b.min),
-            max: a.max.max(b.max),
-        }),
-        (a, b) => a.or(b),
-    }
-}
-
 impl Worker {
     pub fn new(
         engine: Engine,
@@ -235,15 +225,10 @@ impl Worker {
                     match offer {
                         Offer::Attempt(key) => {
                             if let Some(lsn) = lsn {
-                                let range = LsnRange { min: lsn, max: lsn };
+                                let range = LsnRange::single(lsn);
                                 self.group_lsns
                                     .entry(key)
-                                    .and_modify(|r| {
-                                        *r = LsnRange {
-                                            min: r.min.min(lsn),
-                                            max: r.max.max(lsn),
-                                        }
-                                    })
+                                    .and_modify(|r| *r = r.widen(range))
                                     .or_insert(range);
                             }
                             if let Some(origin) = &origin {
@@ -380,7 +365,7 @@ impl Worker {
             if !request.evaluated.is_empty() {
                 self.metrics.late_attempts(request.attempts.len() as u64);
             }
-            lsns = widen(lsns, self.group_lsns.remove(&request.key));
+            lsns = LsnRange::widen_optional(lsns, self.group_lsns.remove(&request.key));
             if let Some(logical) = &request.logical {
                 self.logical_lsns
                     .remove(&(logical.trace_id, logical.span_id));
@@ -396,7 +381,7 @@ impl Worker {
         self.metrics.record_rows(&rows);
         self.forward_enriched(&rows);
         self.batch.extend(rows);
-        self.batch_lsns = widen(self.batch_lsns, lsns);
+        self.batch_lsns = LsnRange::widen_optional(self.batch_lsns, lsns);
         if self.batch.len() >= WRITE_BATCH_ROWS {
             self.flush_batch();
         }
@@ -415,7 +400,9 @@ impl Worker {
         let Some(forward) = &self.forward else { return };
         let mut batch = Vec::with_capacity(rows.len());
         for row in rows {
-            let Some(id) = ids_of(row) else { continue };
+            let Some(id) = crate::contract::ids_from_hex(&row.trace_id, &row.span_id) else {
+                continue;
+            };
             let Some(HeldSpan { origin, mut span }) = self.held.remove(&id) else {
                 continue;
             };
@@ -489,12 +476,4 @@ impl Worker {
             }
         }
     }
-}
-
-fn ids_of(row: &AttemptRow) -> Option<(TraceId, SpanId)> {
-    let mut trace = [0u8; 16];
-    let mut span = [0u8; 8];
-    hex::decode_to_slice(&row.trace_id, &mut trace).ok()?;
-    hex::decode_to_slice(&row.span_id, &mut span).ok()?;
-    Some((trace, span))
 }

@@ -128,7 +128,20 @@ pub struct LsnRange {
 }
 
 impl LsnRange {
-    fn widen(self, other: LsnRange) -> LsnRange {
+    pub fn single(lsn: u64) -> LsnRange {
+        LsnRange { min: lsn, max: lsn }
+    }
+
+    /// The range covering both, when either is known.
+    pub fn widen_optional(range: Option<LsnRange>, other: Option<LsnRange>) -> Option<LsnRange> {
+        match (range, other) {
+            (Some(a), Some(b)) => Some(a.widen(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The range covering both.
+    pub fn widen(self, other: LsnRange) -> LsnRange {
         LsnRange {
             min: self.min.min(other.min),
             max: self.max.max(other.max),

@@ -102,12 +102,8 @@ pub fn written_spans(
                 if traces.is_null(i) || spans.is_null(i) {
                     continue;
                 }
-                let mut trace = [0u8; 16];
-                let mut span = [0u8; 8];
-                if hex::decode_to_slice(traces.value(i), &mut trace).is_ok()
-                    && hex::decode_to_slice(spans.value(i), &mut span).is_ok()
-                {
-                    written.insert((trace, span));
+                if let Some(ids) = crate::contract::ids_from_hex(traces.value(i), spans.value(i)) {
+                    written.insert(ids);
                 }
             }
         }
