@@ -123,6 +123,19 @@ pub struct RetrySpendConfig {
     pub max_pricing_age_days: i64,
     /// Directory of pricing snapshot files, all loaded at start.
     pub pricing_dir: PathBuf,
+    /// Pipeline shards, each a thread owning the requests of its traces; 0: one per core the
+    /// process may use.
+    pub workers: usize,
+}
+
+impl RetrySpendConfig {
+    /// The number of pipeline shards to run.
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
 }
 
 impl Default for RetrySpendConfig {
@@ -133,6 +146,7 @@ impl Default for RetrySpendConfig {
             finished_cache_requests: 50_000,
             max_pricing_age_days: 30,
             pricing_dir: PathBuf::from("config/pricing"),
+            workers: 0,
         }
     }
 }
@@ -310,6 +324,8 @@ pub struct ServeOverrides {
     pub wal_enabled: Option<bool>,
     /// An empty string turns forwarding off, so an environment variable can undo the file.
     pub forward_endpoint: Option<String>,
+    /// `--workers`: pipeline shards.
+    pub workers: Option<usize>,
 }
 
 /// Why a config could not be used. Every message starts with where the config came from and
@@ -423,6 +439,9 @@ impl Config {
         }
         if let Some(enabled) = o.wal_enabled {
             self.wal.enabled = enabled;
+        }
+        if let Some(workers) = o.workers {
+            self.processors.retry_spend.workers = workers;
         }
     }
 
@@ -1127,7 +1146,9 @@ mod tests {
             forward_endpoint: Some("https://b:4317".to_owned()),
             parquet_enabled: Some(false),
             wal_enabled: Some(false),
+            workers: Some(3),
         });
+        assert_eq!(c.processors.retry_spend.worker_count(), 3);
         assert!(!c.exporters.parquet.enabled);
         assert!(!c.wal.enabled);
         assert_eq!(c.receivers.otlp.grpc_addr, addr(1));

@@ -71,6 +71,9 @@ struct ServeArgs {
     /// Downstream OTLP gRPC endpoint to forward enriched spans to, e.g. http://127.0.0.1:14317
     #[arg(long, value_name = "URL", env = "RETRY_SPEND_FORWARD_ENDPOINT")]
     forward_endpoint: Option<String>,
+    /// Pipeline shards; 0 runs one per core the process may use [default: 0]
+    #[arg(long, value_name = "N", env = "RETRY_SPEND_WORKERS")]
+    workers: Option<usize>,
 }
 
 #[derive(Subcommand)]
@@ -166,6 +169,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         forward_endpoint: args.forward_endpoint,
         parquet_enabled: args.sink.map(|sink| sink == "parquet"),
         wal_enabled: args.wal.map(|wal| wal == "on"),
+        workers: args.workers,
     });
     config.validate("command line")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -18,7 +18,8 @@ use crate::assemble::{Assembler, AssemblerOptions};
 use crate::config::Config;
 use crate::config::FsyncMode;
 use crate::pipeline::{
-    run_log, Engine, InFlight, LogMessage, PipelineMessage, Worker, WorkerSummary,
+    partition, run_log, Engine, InFlight, LogMessage, PipelineMessage, Watermark, Worker,
+    WorkerSummary,
 };
 use crate::pricing::PricingBook;
 use crate::receivers::auth::Authenticator;
@@ -31,6 +32,9 @@ use crate::sinks::parquet::{remove_temporary_files, written_spans};
 use crate::sinks::parquet::{ParquetSink, SinkOptions};
 use crate::wal::{self, FsyncPolicy, WalOptions, WalWriter};
 use std::collections::HashSet;
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
 
 /// Logged export requests queued ahead of the worker before the log stage waits. Each holds a
 /// decoded request (about 1 MB for 512 spans), so a short queue is what bounds memory; a full
@@ -47,7 +51,7 @@ pub struct Collector {
     pub http_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
     pub metrics: Arc<Metrics>,
-    pipeline: mpsc::WeakSender<PipelineMessage>,
+    shards: Vec<mpsc::WeakSender<PipelineMessage>>,
     in_flight: Arc<InFlight>,
     pricing_dir: std::path::PathBuf,
     shutdown: watch::Sender<bool>,
@@ -63,27 +67,27 @@ impl Collector {
     /// Waits until every export answered so far has been ingested and every request that is
     /// ready has been evaluated (requests still inside their group wait stay pending).
     pub async fn sync(&self) -> anyhow::Result<()> {
-        let (done, wait) = tokio::sync::oneshot::channel();
-        let stopped = || anyhow::anyhow!("the pipeline has stopped");
-        self.pipeline
-            .upgrade()
-            .ok_or_else(stopped)?
-            .send(PipelineMessage::Barrier(done))
-            .await
-            .map_err(|_| stopped())?;
-        wait.await.map_err(|_| stopped())
+        let mut waits = Vec::with_capacity(self.shards.len());
+        for shard in &self.shards {
+            let (done, wait) = tokio::sync::oneshot::channel();
+            send(shard, PipelineMessage::Barrier(done)).await?;
+            waits.push(wait);
+        }
+        for wait in waits {
+            wait.await.map_err(|_| stopped())?;
+        }
+        Ok(())
     }
 
-    /// Holds the pipeline worker (as a stalled sink would) until the returned sender is used or
-    /// dropped. For overload tests and diagnostics.
-    pub async fn pause_pipeline(&self) -> anyhow::Result<tokio::sync::oneshot::Sender<()>> {
-        let (resume, paused) = tokio::sync::oneshot::channel();
-        self.pipeline
-            .upgrade()
-            .ok_or_else(|| anyhow::anyhow!("the pipeline has stopped"))?
-            .send(PipelineMessage::Pause(paused))
-            .await
-            .map_err(|_| anyhow::anyhow!("the pipeline has stopped"))?;
+    /// Holds every pipeline shard (as a stalled sink would) until the returned [`Resume`] is
+    /// used or dropped. For overload tests and diagnostics.
+    pub async fn pause_pipeline(&self) -> anyhow::Result<Resume> {
+        let mut resume = Resume(Vec::with_capacity(self.shards.len()));
+        for shard in &self.shards {
+            let (go, paused) = tokio::sync::oneshot::channel();
+            send(shard, PipelineMessage::Pause(paused)).await?;
+            resume.0.push(go);
+        }
         Ok(resume)
     }
 
@@ -105,12 +109,13 @@ impl Collector {
                 )
             })?;
         let snapshots = book.len();
-        self.pipeline
-            .upgrade()
-            .ok_or_else(|| anyhow::anyhow!("the pipeline has stopped"))?
-            .send(PipelineMessage::ReloadPricing(Box::new(book)))
-            .await
-            .map_err(|_| anyhow::anyhow!("the pipeline has stopped"))?;
+        for shard in &self.shards {
+            send(
+                shard,
+                PipelineMessage::ReloadPricing(Box::new(book.clone())),
+            )
+            .await?;
+        }
         Ok(snapshots)
     }
 
@@ -118,6 +123,33 @@ impl Collector {
     pub async fn wait(self) -> anyhow::Result<WorkerSummary> {
         self.task.await.context("collector task failed")?
     }
+}
+
+/// Lets paused shards go on (see [`Collector::pause_pipeline`]); dropping it does too.
+pub struct Resume(Vec<tokio::sync::oneshot::Sender<()>>);
+
+impl Resume {
+    pub fn resume(self) {
+        for go in self.0 {
+            let _ = go.send(());
+        }
+    }
+}
+
+fn stopped() -> anyhow::Error {
+    anyhow::anyhow!("the pipeline has stopped")
+}
+
+async fn send(
+    shard: &mpsc::WeakSender<PipelineMessage>,
+    message: PipelineMessage,
+) -> anyhow::Result<()> {
+    shard
+        .upgrade()
+        .ok_or_else(stopped)?
+        .send(message)
+        .await
+        .map_err(|_| stopped())
 }
 
 struct MetricsObserver(Arc<Metrics>);
@@ -160,27 +192,29 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             max_pricing_age_days: processor.max_pricing_age_days,
         },
     };
-    let assembler = Assembler::new(AssemblerOptions {
+    let shards = processor.worker_count();
+    // The bounds are the process's: each shard holds its share.
+    let assembler_options = AssemblerOptions {
         group_wait: processor.group_wait,
-        max_pending_requests: processor.max_pending_requests,
-        finished_cache_requests: processor.finished_cache_requests,
-    });
+        max_pending_requests: processor.max_pending_requests.div_ceil(shards),
+        finished_cache_requests: processor.finished_cache_requests.div_ceil(shards),
+    };
     let parquet = &config.exporters.parquet;
-    let sink = ParquetSink::new(
-        &parquet.output_dir,
-        SinkOptions {
-            max_rows_per_file: parquet.max_rows_per_file,
-            max_bytes_per_file: parquet.max_bytes_per_file,
-            max_file_age: parquet.max_file_age,
-            row_group_rows: parquet.row_group_rows,
-        },
-    )
-    .with_context(|| {
-        format!(
-            "cannot write Parquet under {}",
-            parquet.output_dir.display()
-        )
-    })?;
+    let sink_options = SinkOptions {
+        max_rows_per_file: parquet.max_rows_per_file,
+        max_bytes_per_file: parquet.max_bytes_per_file,
+        max_file_age: parquet.max_file_age,
+        row_group_rows: parquet.row_group_rows,
+    };
+    let sinks = (0..shards)
+        .map(|_| ParquetSink::new(&parquet.output_dir, sink_options.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| {
+            format!(
+                "cannot write Parquet under {}",
+                parquet.output_dir.display()
+            )
+        })?;
 
     let otlp = &config.receivers.otlp;
     let tls = TlsIdentity::load(&otlp.tls)?;
@@ -256,7 +290,20 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         },
         &recovery,
     );
-    let recovered_records = recovery.records;
+    let recovered_from = recovery.records.first().map(|r| r.lsn);
+    let mut recovered: Vec<Vec<_>> = (0..shards).map(|_| Vec::new()).collect();
+    for record in recovery.records {
+        match ExportTraceServiceRequest::decode(record.payload) {
+            Ok(request) => {
+                for (shard, part) in partition(request, shards) {
+                    recovered[shard].push((record.lsn, part));
+                }
+            }
+            Err(e) => {
+                tracing::error!(lsn = record.lsn, error = %e, "write-ahead log record does not decode; skipped")
+            }
+        }
+    }
     // Without the log, the old segments are still replayed (above) and cleaned up at the end.
     let mut unused_wal = None;
     let wal_writer = if config.wal.enabled {
@@ -269,26 +316,36 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     };
 
     let in_flight = InFlight::new(otlp.max_in_flight_bytes);
-    let (sender, receiver) = mpsc::channel(PIPELINE_QUEUE);
+    let watermark = Arc::new(Watermark::new(shards, recovered_from));
+    let written = Arc::new(written);
     let (log_sender, log_receiver) = mpsc::channel(LOG_QUEUE);
-    let mut worker = Worker::new(
-        engine,
-        assembler,
-        sink,
-        Arc::clone(&metrics),
-        Arc::clone(&health),
-        forward_handle,
-    )
-    .with_log(Arc::clone(&in_flight), log_sender.downgrade());
-    let worker = std::thread::Builder::new()
-        .name("pipeline".into())
-        .spawn(move || {
-            worker.recover(recovered_records, &written);
-            worker.run(receiver)
-        })
-        .context("cannot start the pipeline thread")?;
+    let mut senders = Vec::with_capacity(shards);
+    let mut workers = Vec::with_capacity(shards);
+    for (shard, (sink, records)) in sinks.into_iter().zip(recovered).enumerate() {
+        let (sender, receiver) = mpsc::channel(PIPELINE_QUEUE);
+        let mut worker = Worker::new(
+            engine.clone(),
+            Assembler::new(assembler_options),
+            sink,
+            Arc::clone(&metrics),
+            Arc::clone(&health),
+            forward_handle.clone(),
+        )
+        .with_watermark(shard, Arc::clone(&watermark));
+        let written = Arc::clone(&written);
+        let thread = std::thread::Builder::new()
+            .name(format!("pipeline-{shard}"))
+            .spawn(move || {
+                worker.recover(records, &written);
+                drop(written);
+                worker.run(receiver)
+            })
+            .context("cannot start a pipeline thread")?;
+        senders.push(sender);
+        workers.push(thread);
+    }
     let log_stage = {
-        let (pipeline, in_flight) = (sender.clone(), Arc::clone(&in_flight));
+        let (shard_senders, watermark) = (senders.clone(), Arc::clone(&watermark));
         let (health, metrics) = (Arc::clone(&health), Arc::clone(&metrics));
         std::thread::Builder::new()
             .name("wal".into())
@@ -296,8 +353,8 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
                 run_log(
                     wal_writer,
                     log_receiver,
-                    pipeline,
-                    in_flight,
+                    shard_senders,
+                    watermark,
                     health,
                     metrics,
                 )
@@ -306,7 +363,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     };
 
     let ticker = {
-        let (sender, log_sender) = (sender.clone(), log_sender.clone());
+        let (senders, log_sender) = (senders.clone(), log_sender.clone());
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(TICK);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -314,9 +371,13 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
                 interval.tick().await;
                 // A full queue means that stage is busy and will tick soon enough.
                 let _ = log_sender.try_send(LogMessage::Tick);
-                if let Err(mpsc::error::TrySendError::Closed(_)) =
-                    sender.try_send(PipelineMessage::Tick)
-                {
+                let closed = senders.iter().any(|sender| {
+                    matches!(
+                        sender.try_send(PipelineMessage::Tick),
+                        Err(mpsc::error::TrySendError::Closed(_))
+                    )
+                });
+                if closed {
                     break;
                 }
             }
@@ -333,13 +394,14 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     };
     let max_request_bytes = usize::try_from(otlp.max_request_bytes).unwrap_or(usize::MAX);
     // Weak handles: the stages must end when the receivers are done, not when this is dropped.
-    let pipeline = sender.downgrade();
-    drop(sender);
+    let shard_handles: Vec<_> = senders.iter().map(mpsc::Sender::downgrade).collect();
+    drop(senders);
     let mut intake = Intake::new(
         log_sender,
         Arc::clone(&in_flight),
         Arc::clone(&metrics),
         Arc::clone(&health),
+        shards,
     );
     if !config.exporters.parquet.enabled {
         tracing::warn!("sink none: every export is acknowledged and discarded after decoding");
@@ -390,9 +452,17 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         let wal_writer = tokio::task::spawn_blocking(move || log_stage.join())
             .await?
             .map_err(|_| anyhow::anyhow!("the write-ahead log thread panicked"))?;
-        let summary = tokio::task::spawn_blocking(move || worker.join())
-            .await?
-            .map_err(|_| anyhow::anyhow!("the pipeline thread panicked"))?;
+        let summary = tokio::task::spawn_blocking(move || {
+            let mut total: Option<WorkerSummary> = None;
+            for worker in workers {
+                let shard = worker
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a pipeline thread panicked"))?;
+                total = Some(total.map_or(shard, |t| t.merge(shard)));
+            }
+            Ok::<_, anyhow::Error>(total.unwrap_or_default())
+        })
+        .await??;
         if summary.all_written {
             // Every row is in a completed file: nothing in the log is needed any more.
             for mut writer in wal_writer.into_iter().chain(unused_wal) {
@@ -421,7 +491,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         http_addr,
         metrics_addr,
         metrics,
-        pipeline,
+        shards: shard_handles,
         in_flight,
         pricing_dir,
         shutdown,

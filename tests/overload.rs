@@ -145,7 +145,7 @@ async fn stalled_sink_gets_retryable_refusals_and_a_bounded_memory() {
         "{message}"
     );
 
-    resume.send(()).unwrap();
+    resume.resume();
     let metrics = std::sync::Arc::clone(&collector.metrics);
     stop(collector).await;
     assert!(metrics

@@ -1,9 +1,10 @@
-//! The log stage of `serve`: receivers → write-ahead log → pipeline worker.
+//! The log stage of `serve`: receivers → write-ahead log → pipeline shards.
 //!
 //! One thread owns the [`WalWriter`]. It takes every append waiting in its queue, writes them as
-//! one batch with one fsync (group commit), hands each request to the pipeline in log order and
-//! only then answers the receivers. A failed append answers every export of the batch with a
-//! retryable refusal; the next batch tries again, which is how a recovered disk is noticed.
+//! one batch with one fsync (group commit), hands each request's parts to their shards in log
+//! order and only then answers the receivers. A failed append answers every export of the batch
+//! with a retryable refusal; the next batch tries again, which is how a recovered disk is
+//! noticed. On every tick it deletes the segments that the [`Watermark`] says no shard needs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use tokio::sync::{mpsc, oneshot};
 
-use super::PipelineMessage;
+use super::{PipelineMessage, Watermark};
 use crate::receivers::{Refusal, Transport};
 use crate::sinks::metrics::{Health, Metrics};
 use crate::wal::WalWriter;
@@ -63,26 +64,44 @@ impl InFlight {
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Acquire)
     }
+
+    /// Reserves `bytes` as a [`Permit`] that gives them back when dropped, or refuses.
+    pub fn permit(self: &Arc<Self>, bytes: u64) -> Option<Permit> {
+        self.try_acquire(bytes).then(|| Permit {
+            in_flight: Arc::clone(self),
+            bytes,
+        })
+    }
+}
+
+/// A share of the in-flight budget that travels with an export through the pipeline and is
+/// given back when the last part of the export has been ingested (or refused): whoever drops
+/// it releases it, so no stage has to remember to.
+#[derive(Debug)]
+pub struct Permit {
+    in_flight: Arc<InFlight>,
+    bytes: u64,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.in_flight.release(self.bytes);
+    }
 }
 
 pub enum LogMessage {
-    Append {
-        bytes: Bytes,
-        request: ExportTraceServiceRequest,
-        transport: Transport,
-        done: oneshot::Sender<Result<(), Refusal>>,
-    },
-    /// Every row from records below this LSN is in a completed Parquet file.
-    Release(u64),
-    /// Time for an `interval` fsync.
+    Append(Append),
+    /// Time for an `interval` fsync and for deleting segments no shard needs.
     Tick,
 }
 
-struct Pending {
-    bytes: Bytes,
-    request: ExportTraceServiceRequest,
-    transport: Transport,
-    done: oneshot::Sender<Result<(), Refusal>>,
+/// One export to log: its protobuf bytes, and its decoded spans split by shard.
+pub struct Append {
+    pub bytes: Bytes,
+    pub parts: Vec<(usize, ExportTraceServiceRequest)>,
+    pub transport: Transport,
+    pub permit: Permit,
+    pub done: oneshot::Sender<Result<(), Refusal>>,
 }
 
 /// Runs the log stage until every receiver is gone; returns the writer for a final cleanup.
@@ -90,38 +109,27 @@ struct Pending {
 pub fn run(
     mut writer: Option<WalWriter>,
     mut messages: mpsc::Receiver<LogMessage>,
-    pipeline: mpsc::Sender<PipelineMessage>,
-    in_flight: Arc<InFlight>,
+    shards: Vec<mpsc::Sender<PipelineMessage>>,
+    watermark: Arc<Watermark>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
 ) -> Option<WalWriter> {
-    let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+    let mut batch: Vec<Append> = Vec::with_capacity(MAX_BATCH);
     let mut unlogged = Unlogged { next_lsn: 1 };
     while let Some(first) = messages.blocking_recv() {
         let mut batch_bytes = 0;
         let mut next = Some(first);
         while let Some(message) = next.take() {
             match message {
-                LogMessage::Append {
-                    bytes,
-                    request,
-                    transport,
-                    done,
-                } => {
-                    batch_bytes += bytes.len();
-                    batch.push(Pending {
-                        bytes,
-                        request,
-                        transport,
-                        done,
-                    });
-                }
-                LogMessage::Release(lsn) => {
-                    if let Some(writer) = &mut writer {
-                        writer.release_below(lsn);
-                    }
+                LogMessage::Append(append) => {
+                    batch_bytes += append.bytes.len();
+                    batch.push(append);
                 }
                 LogMessage::Tick => {
+                    if let Some(writer) = &mut writer {
+                        let below = watermark.release_below(writer.next_lsn());
+                        writer.release_below(below);
+                    }
                     let synced = writer
                         .as_mut()
                         .map_or(Ok(()), |w| w.sync_if_due(Instant::now()));
@@ -144,20 +152,23 @@ pub fn run(
         match appended {
             Ok(first_lsn) => {
                 health.clear_problem(WAL_COMPONENT);
-                for (i, pending) in batch.drain(..).enumerate() {
-                    let size = pending.bytes.len() as u64;
-                    let message = PipelineMessage::Export {
-                        request: pending.request,
-                        transport: pending.transport,
-                        lsn: first_lsn + i as u64,
-                        bytes: size,
-                    };
-                    // Durable now; the pipeline only goes away at shutdown, after the receivers.
-                    let answer = pipeline.blocking_send(message).map_err(|_| {
-                        in_flight.release(size);
-                        Refusal::Closed
-                    });
-                    let _ = pending.done.send(answer);
+                for (i, append) in batch.drain(..).enumerate() {
+                    let lsn = first_lsn + i as u64;
+                    let permit = Arc::new(append.permit);
+                    let mut answer = Ok(());
+                    for (shard, request) in append.parts {
+                        watermark.dispatched(shard, lsn);
+                        let message = PipelineMessage::Export {
+                            request,
+                            lsn,
+                            permit: Arc::clone(&permit),
+                        };
+                        // Durable now; shards only go away at shutdown, after the receivers.
+                        if shards[shard % shards.len()].blocking_send(message).is_err() {
+                            answer = Err(Refusal::Closed);
+                        }
+                    }
+                    let _ = append.done.send(answer);
                 }
             }
             Err(e) => {
@@ -165,9 +176,8 @@ pub fn run(
                 health.set_problem(WAL_COMPONENT, e.to_string());
                 metrics.sink_errors(1);
                 let refusal = Refusal::Storage(e.to_string());
-                for pending in batch.drain(..) {
-                    in_flight.release(pending.bytes.len() as u64);
-                    let _ = pending.done.send(Err(refusal.clone()));
+                for append in batch.drain(..) {
+                    let _ = append.done.send(Err(refusal.clone()));
                 }
             }
         }

@@ -6,9 +6,13 @@
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 mod log;
+mod shard;
+mod watermark;
 mod worker;
 
-pub use log::{run as run_log, InFlight, LogMessage, WAL_COMPONENT};
+pub use log::{run as run_log, Append, InFlight, LogMessage, Permit, WAL_COMPONENT};
+pub use shard::{partition, shard_of};
+pub use watermark::Watermark;
 pub use worker::{Worker, WorkerSummary, PARQUET_COMPONENT};
 
 use crate::assemble::{Grouper, Offer, Request};
@@ -90,16 +94,15 @@ impl Engine {
     }
 }
 
-/// What the receivers and the clock send the pipeline worker.
+/// What the log stage and the clock send a pipeline shard.
 #[derive(Debug)]
 pub enum PipelineMessage {
-    /// An export request, durable in the write-ahead log as record `lsn`; `bytes` of the
-    /// in-flight budget are released once it is taken.
+    /// This shard's part of an export request, durable in the write-ahead log as record `lsn`.
+    /// The export's share of the in-flight budget is given back once every part is ingested.
     Export {
         request: ExportTraceServiceRequest,
-        transport: crate::receivers::Transport,
         lsn: u64,
-        bytes: u64,
+        permit: std::sync::Arc<Permit>,
     },
     /// Time to evaluate groups whose wait has passed and to rotate files that are old enough.
     Tick,

@@ -1,10 +1,10 @@
-//! The pipeline worker of `serve`: one thread that owns the assembler, the rules and the
-//! Parquet sink, fed by the log stage through a bounded channel.
+//! A pipeline shard of `serve`: one thread that owns the assembler, the rules and a Parquet
+//! sink for the traces of its shard, fed by the log stage through a bounded channel.
 //!
 //! One owner means no locks on the hot path, and a clean end: when every sender is gone the
-//! worker evaluates what is pending, completes every file and returns. It also decides how much
-//! of the write-ahead log is still needed: everything from the oldest record that still has a
-//! span pending or a row in a file not yet complete.
+//! worker evaluates what is pending, completes every file and returns. It reports to the
+//! [`Watermark`] how much of the write-ahead log it still needs: everything from the oldest
+//! record that still has a span pending or a row in a file not yet complete.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -14,17 +14,15 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
-use prost::Message;
 use tokio::sync::mpsc;
 
-use super::{Engine, InFlight, LogMessage, PipelineMessage};
+use super::{Engine, PipelineMessage, Watermark};
 use crate::assemble::{Assembler, GroupKey, Offer, Ready};
 use crate::contract::{service_name, SpanFacts, SpanId, SpanKind, TraceId};
 use crate::record::AttemptRow;
 use crate::sinks::forward::{enrich, ForwardHandle};
 use crate::sinks::metrics::{Health, Metrics};
 use crate::sinks::parquet::{LsnRange, ParquetSink, ParquetSinkError};
-use crate::wal::Record;
 
 pub const PARQUET_COMPONENT: &str = "parquet";
 /// How often the worker tells the log which segments it no longer needs.
@@ -54,6 +52,18 @@ pub struct WorkerSummary {
     pub all_written: bool,
 }
 
+impl WorkerSummary {
+    /// Two shards' summaries as one.
+    pub fn merge(self, other: WorkerSummary) -> WorkerSummary {
+        WorkerSummary {
+            requests: self.requests + other.requests,
+            rows: self.rows + other.rows,
+            rows_lost: self.rows_lost + other.rows_lost,
+            all_written: self.all_written && other.all_written,
+        }
+    }
+}
+
 /// The log records a group's spans came from.
 type Lsns = LsnRange;
 
@@ -67,8 +77,9 @@ pub struct Worker {
     held: HashMap<(TraceId, SpanId), HeldSpan>,
     rows_reported: u64,
     summary: WorkerSummary,
-    in_flight: Option<Arc<InFlight>>,
-    log: Option<mpsc::WeakSender<LogMessage>>,
+    shard: usize,
+    watermark: Option<Arc<Watermark>>,
+    pending_reported: u64,
     group_lsns: HashMap<GroupKey, Lsns>,
     logical_lsns: HashMap<(TraceId, SpanId), u64>,
     /// The LSN the next export will have: everything below it has reached the worker.
@@ -106,8 +117,9 @@ impl Worker {
             held: HashMap::new(),
             rows_reported: 0,
             summary: WorkerSummary::default(),
-            in_flight: None,
-            log: None,
+            shard: 0,
+            watermark: None,
+            pending_reported: 0,
             group_lsns: HashMap::new(),
             logical_lsns: HashMap::new(),
             next_lsn: 1,
@@ -119,26 +131,27 @@ impl Worker {
         }
     }
 
-    /// Connects the worker to the log stage: budget release and segment release.
-    pub fn with_log(mut self, in_flight: Arc<InFlight>, log: mpsc::WeakSender<LogMessage>) -> Self {
-        self.in_flight = Some(in_flight);
-        self.log = Some(log);
+    /// Makes this worker shard `shard`, reporting what it needs of the log to `watermark`.
+    pub fn with_watermark(mut self, shard: usize, watermark: Arc<Watermark>) -> Self {
+        self.shard = shard;
+        self.watermark = Some(watermark);
         self
     }
 
-    /// Replays the write-ahead log after a restart. Attempts in `written` already have their
-    /// row in a completed file: they count as earlier attempts, never as rows again.
-    pub fn recover(&mut self, records: Vec<Record>, written: &HashSet<(TraceId, SpanId)>) {
+    /// Replays this shard's parts of the write-ahead log after a restart. Attempts in `written`
+    /// already have their row in a completed file: they count as earlier attempts, never as
+    /// rows again.
+    pub fn recover(
+        &mut self,
+        records: Vec<(u64, ExportTraceServiceRequest)>,
+        written: &HashSet<(TraceId, SpanId)>,
+    ) {
         let now = Instant::now();
-        for record in records {
-            match ExportTraceServiceRequest::decode(record.payload) {
-                Ok(request) => self.ingest(request, now, Some(record.lsn), written),
-                Err(e) => {
-                    tracing::error!(lsn = record.lsn, error = %e, "write-ahead log record does not decode; skipped")
-                }
-            }
-            self.next_lsn = self.next_lsn.max(record.lsn + 1);
+        for (lsn, request) in records {
+            self.ingest(request, now, Some(lsn), written);
+            self.next_lsn = self.next_lsn.max(lsn + 1);
         }
+        self.checkpoint();
     }
 
     /// Runs until every sender is dropped, then evaluates everything pending and completes
@@ -151,14 +164,11 @@ impl Worker {
                 PipelineMessage::Export {
                     request,
                     lsn,
-                    bytes,
-                    ..
+                    permit,
                 } => {
                     self.ingest(request, now, Some(lsn), &nothing_written);
                     self.next_lsn = self.next_lsn.max(lsn + 1);
-                    if let Some(in_flight) = &self.in_flight {
-                        in_flight.release(bytes);
-                    }
+                    drop(permit);
                 }
                 PipelineMessage::Tick => self.tick(now),
                 PipelineMessage::Barrier(done) => {
@@ -181,6 +191,7 @@ impl Worker {
         self.flush_batch();
         self.close_sink();
         self.summary.all_written = self.summary.rows_lost == 0 && self.pinned_lsn.is_none();
+        self.checkpoint();
         self.summary
     }
 
@@ -277,8 +288,7 @@ impl Worker {
             }
         }
         self.evaluate(ready);
-        self.metrics
-            .set_requests_pending(self.assembler.pending_requests() as u64);
+        self.report_pending();
     }
 
     fn tick(&mut self, now: Instant) {
@@ -291,17 +301,24 @@ impl Worker {
             let result = sink.rotate_expired(now);
             self.after_sink(result.map(|files| files.len()), None);
         }
-        self.metrics
-            .set_requests_pending(self.assembler.pending_requests() as u64);
+        self.report_pending();
         if now.duration_since(self.last_checkpoint) >= CHECKPOINT_EVERY {
             self.last_checkpoint = now;
             self.checkpoint();
         }
     }
 
-    /// Tells the log stage below which LSN it may delete segments.
+    /// Shards share one gauge: each adds the change in its own count.
+    fn report_pending(&mut self) {
+        let now = self.assembler.pending_requests() as u64;
+        self.metrics
+            .adjust_requests_pending(self.pending_reported, now);
+        self.pending_reported = now;
+    }
+
+    /// Tells the watermark which records of the log this shard still needs.
     fn checkpoint(&mut self) {
-        let Some(log) = self.log.as_ref().and_then(mpsc::WeakSender::upgrade) else {
+        let Some(watermark) = self.watermark.clone() else {
             return;
         };
         let assembler = &self.assembler;
@@ -316,10 +333,8 @@ impl Worker {
         ]
         .into_iter()
         .flatten()
-        .min()
-        .unwrap_or(self.next_lsn);
-        // A full queue only delays the release to the next checkpoint.
-        let _ = log.try_send(LogMessage::Release(oldest_needed.min(self.next_lsn)));
+        .min();
+        watermark.report(self.shard, self.next_lsn.saturating_sub(1), oldest_needed);
     }
 
     /// Writes again the rows whose write failed; once that works, the sink is healthy again.

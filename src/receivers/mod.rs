@@ -18,7 +18,7 @@ use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::pipeline::{InFlight, LogMessage};
+use crate::pipeline::{partition, Append, InFlight, LogMessage};
 use crate::sinks::metrics::{Health, Metrics};
 
 /// Which receiver a request came through, as metrics label it.
@@ -83,6 +83,7 @@ pub struct Intake {
     in_flight: Arc<InFlight>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    shards: usize,
     discard: bool,
 }
 
@@ -92,12 +93,14 @@ impl Intake {
         in_flight: Arc<InFlight>,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
+        shards: usize,
     ) -> Intake {
         Intake {
             log,
             in_flight,
             metrics,
             health,
+            shards,
             discard: false,
         }
     }
@@ -144,26 +147,25 @@ impl Intake {
         if let Some(problem) = self.health.problem(crate::pipeline::PARQUET_COMPONENT) {
             return Err(Refusal::Storage(problem));
         }
-        let size = bytes.len() as u64;
-        if !self.in_flight.try_acquire(size) {
+        let Some(permit) = self.in_flight.permit(bytes.len() as u64) else {
             return Err(Refusal::Busy);
-        }
+        };
         let spans = span_count(&request);
         let (done, accepted) = oneshot::channel();
-        let message = LogMessage::Append {
+        // Split here, on the receivers' threads, so the log stage stays a thin serial step.
+        let message = LogMessage::Append(Append {
             bytes,
-            request,
+            parts: partition(request, self.shards),
             transport,
+            permit,
             done,
-        };
+        });
         if let Err(error) = self.log.try_send(message) {
-            self.in_flight.release(size);
             return Err(match error {
                 mpsc::error::TrySendError::Full(_) => Refusal::Busy,
                 mpsc::error::TrySendError::Closed(_) => Refusal::Closed,
             });
         }
-        // The log thread releases the budget itself on failure; on success the pipeline does.
         accepted.await.map_err(|_| Refusal::Closed)??;
         self.metrics.spans_received(transport.as_str(), spans);
         Ok(())

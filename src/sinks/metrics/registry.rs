@@ -133,6 +133,17 @@ impl Metrics {
 
     /// Publishes the configured pending request cap, so alert rules can compare against it
     /// without repeating the collector's configuration.
+    /// One shard's pending count went from `before` to `after`.
+    pub fn adjust_requests_pending(&self, before: u64, after: u64) {
+        if after >= before {
+            self.requests_pending
+                .fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            self.requests_pending
+                .fetch_sub(before - after, Ordering::Relaxed);
+        }
+    }
+
     pub fn set_requests_pending_limit(&self, n: u64) {
         self.requests_pending_limit.store(n, Ordering::Relaxed);
     }
