@@ -119,6 +119,8 @@ pub struct RetrySpendConfig {
     pub max_pending_requests: usize,
     /// Recently evaluated requests remembered so a late duplicate span is not a new request.
     pub finished_cache_requests: usize,
+    /// Estimated bytes of pending requests and the finished-request cache together (all shards).
+    pub max_pending_bytes: u64,
     /// A snapshot checked more than this many whole days before a span start is stale.
     pub max_pricing_age_days: i64,
     /// Directory of pricing snapshot files, all loaded at start.
@@ -144,6 +146,7 @@ impl Default for RetrySpendConfig {
             group_wait: Duration::from_secs(10),
             max_pending_requests: 100_000,
             finished_cache_requests: 50_000,
+            max_pending_bytes: 64 * MIB,
             max_pricing_age_days: 30,
             pricing_dir: PathBuf::from("config/pricing"),
             workers: 0,
@@ -530,6 +533,11 @@ impl Config {
             rs.max_pending_requests > 0,
             "processors.retry_spend.max_pending_requests",
             ABOVE_ZERO,
+        );
+        check(
+            rs.max_pending_bytes >= MIB,
+            "processors.retry_spend.max_pending_bytes",
+            "must be at least 1 MiB (1048576)",
         );
         check(
             rs.max_pricing_age_days >= 0,

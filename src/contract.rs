@@ -126,6 +126,15 @@ pub struct EnvelopeFields {
     pub task_type: Option<String>,
 }
 
+impl EnvelopeFields {
+    /// The shared value of a span that states no envelope.
+    pub fn empty() -> Arc<EnvelopeFields> {
+        static EMPTY: std::sync::LazyLock<Arc<EnvelopeFields>> =
+            std::sync::LazyLock::new(Arc::default);
+        Arc::clone(&EMPTY)
+    }
+}
+
 /// What the rules need from one span, read once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpanFacts {
@@ -140,9 +149,11 @@ pub struct SpanFacts {
     /// `None` when absent, negative or not an int32: the group is then indexed by start time.
     pub attempt_index: Option<i32>,
     pub attempt_count: Option<u32>,
-    pub envelope: EnvelopeFields,
+    /// Behind an `Arc`: most attempts state no envelope and share one empty value, and a
+    /// request's spans are held for seconds, so the 160 bytes inline would dominate them.
+    pub envelope: Arc<EnvelopeFields>,
     /// The `retry_spend.envelope` JSON policy, when the span carries one.
-    pub envelope_json: Option<EnvelopeFields>,
+    pub envelope_json: Option<Arc<EnvelopeFields>>,
     pub request_model: Option<String>,
     pub response_model: Option<String>,
     pub provider: Option<String>,
@@ -174,7 +185,7 @@ impl SpanFacts {
             request_id: None,
             attempt_index: None,
             attempt_count: None,
-            envelope: EnvelopeFields::default(),
+            envelope: EnvelopeFields::empty(),
             envelope_json: None,
             request_model: None,
             response_model: None,
@@ -192,6 +203,7 @@ impl SpanFacts {
         };
         let mut role = None;
         let mut has_index = false;
+        let mut env = EnvelopeFields::default();
         // Legacy names only fill in what the current name left empty, whatever the order.
         let mut legacy_system = None;
         let mut legacy_input = Count::Missing;
@@ -201,11 +213,10 @@ impl SpanFacts {
         for KeyValue { key, value, .. } in &span.attributes {
             let Some(value) = value.as_ref().and_then(|v| v.value.as_ref()) else {
                 if is_envelope_key(key) {
-                    facts.envelope.present = true;
+                    env.present = true;
                 }
                 continue;
             };
-            let env = &mut facts.envelope;
             match key.as_str() {
                 attr::SPAN_ROLE => role = string(value),
                 attr::REQUEST_ID => facts.request_id = request_id(value),
@@ -243,23 +254,26 @@ impl SpanFacts {
                 attr::SDK_DECISION_REASON => facts.sdk_decision_reason = string(value),
                 attr::TASK_TYPE => env.task_type = string(value),
                 attr::ENVELOPE_JSON => {
-                    facts.envelope_json = Some(match value {
+                    facts.envelope_json = Some(Arc::new(match value {
                         Value::StringValue(json) => parse_envelope_json(json),
                         _ => EnvelopeFields {
                             present: true,
                             json_invalid: true,
                             ..Default::default()
                         },
-                    });
+                    }));
                 }
                 key => {
-                    if read_flat_envelope_field(env, key, value) {
+                    if read_flat_envelope_field(&mut env, key, value) {
                         env.present = true;
                     }
                 }
             }
         }
 
+        if env != EnvelopeFields::default() {
+            facts.envelope = Arc::new(env);
+        }
         facts.provider = facts.provider.or(legacy_system);
         if facts.input_tokens == Count::Missing {
             facts.input_tokens = legacy_input;
@@ -287,6 +301,45 @@ impl SpanFacts {
             _ => SpanKind::Passthrough,
         };
         facts
+    }
+
+    /// Estimated bytes this span keeps alive while held: itself, its strings, and an envelope
+    /// of its own (the shared empty one costs nothing).
+    pub fn retained_bytes(&self) -> usize {
+        fn text(s: &Option<String>) -> usize {
+            s.as_ref().map_or(0, String::capacity)
+        }
+        fn envelope(e: &Arc<EnvelopeFields>) -> usize {
+            if e.present || e.task_type.is_some() {
+                std::mem::size_of::<EnvelopeFields>() + 64
+            } else {
+                0
+            }
+        }
+        std::mem::size_of::<SpanFacts>()
+            + text(&self.request_id)
+            + text(&self.request_model)
+            + text(&self.response_model)
+            + text(&self.provider)
+            + text(&self.model_family)
+            + text(&self.error_type)
+            + text(&self.sdk_decision_reason)
+            + envelope(&self.envelope)
+            + self.envelope_json.as_ref().map_or(0, envelope)
+    }
+
+    /// What an evaluated attempt must keep to be a later retry's earlier attempt: its order,
+    /// model, usage, envelope and whether output reached the client. The rest only ever went
+    /// into its own row.
+    pub fn into_context(self) -> SpanFacts {
+        SpanFacts {
+            request_id: None,
+            response_model: None,
+            provider: None,
+            error_type: None,
+            sdk_decision_reason: None,
+            ..self
+        }
     }
 
     /// Whether any source on this span names an envelope.

@@ -198,6 +198,8 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         group_wait: processor.group_wait,
         max_pending_requests: processor.max_pending_requests.div_ceil(shards),
         finished_cache_requests: processor.finished_cache_requests.div_ceil(shards),
+        max_pending_bytes: usize::try_from(processor.max_pending_bytes / shards as u64)
+            .unwrap_or(usize::MAX),
     };
     let parquet = &config.exporters.parquet;
     let sink_options = SinkOptions {

@@ -219,9 +219,9 @@ fn attempt(n: usize) -> BoxedStrategy<SpanFacts> {
                     attempt_index: index,
                     attempt_count: None,
                     envelope: if carries_envelope {
-                        env
+                        env.into()
                     } else {
-                        EnvelopeFields::default()
+                        EnvelopeFields::empty()
                     },
                     envelope_json: None,
                     request_model: model,
@@ -255,7 +255,7 @@ fn logical(env: EnvelopeFields) -> SpanFacts {
         request_id: Some(REQUEST_ID.into()),
         attempt_index: None,
         attempt_count: None,
-        envelope: env,
+        envelope: env.into(),
         envelope_json: None,
         request_model: None,
         response_model: None,

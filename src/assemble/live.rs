@@ -16,6 +16,10 @@ pub struct AssemblerOptions {
     pub group_wait: Duration,
     pub max_pending_requests: usize,
     pub finished_cache_requests: usize,
+    /// Estimated bytes of pending requests, waiting logical spans and the finished-request
+    /// cache together. Over it, the finished cache gives up its oldest entries first (down to a
+    /// quarter of the budget), then the oldest pending requests are evaluated early.
+    pub max_pending_bytes: usize,
 }
 
 impl Default for AssemblerOptions {
@@ -24,6 +28,7 @@ impl Default for AssemblerOptions {
             group_wait: Duration::from_secs(10),
             max_pending_requests: 100_000,
             finished_cache_requests: 50_000,
+            max_pending_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -109,6 +114,7 @@ impl Assembler {
                         }
                     }
                 }
+                self.enforce_cap(ready);
             }
             Offer::Duplicate | Offer::Passthrough => {}
         }
@@ -193,8 +199,25 @@ impl Assembler {
         }
     }
 
+    fn over_budget(&self) -> bool {
+        self.grouper.pending_bytes() + self.grouper.finished_bytes()
+            > self.options.max_pending_bytes
+    }
+
     fn enforce_cap(&mut self, ready: &mut Ready) {
-        while self.grouper.pending_groups() > self.options.max_pending_requests {
+        loop {
+            let over_count = self.grouper.pending_groups() > self.options.max_pending_requests;
+            if !over_count && !self.over_budget() {
+                break;
+            }
+            // Forgetting finished requests costs only late retries their context; evaluating
+            // pending ones early can cost a request its later attempts. Forget first.
+            if !over_count
+                && self.grouper.finished_bytes() > self.options.max_pending_bytes / 4
+                && self.grouper.evict_finished()
+            {
+                continue;
+            }
             let Some((_, key)) = self.deadlines.pop_first() else {
                 break;
             };

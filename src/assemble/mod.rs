@@ -8,9 +8,19 @@ mod live;
 
 pub use live::{Assembler, AssemblerOptions, Ready};
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
+
+/// Maps keyed by ids from the wire: a fast keyed hash, still randomised per process so a
+/// client cannot choose colliding ids.
+pub type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
+
+/// What one group, finished entry or id costs beyond the spans it holds: map slots, the
+/// group key's copies, the span-id set. An estimate, for the byte budget.
+const GROUP_OVERHEAD_BYTES: usize = 256;
+const SPAN_ID_BYTES: usize = 16;
 
 /// What ties the attempts of one logical request together.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -108,16 +118,20 @@ pub const MAX_ATTEMPTS_PER_REQUEST: usize = 10_000;
 /// attempts, and a span an exporter re-sends is recognised and ignored.
 #[derive(Debug, Default)]
 pub struct Grouper {
-    groups: HashMap<GroupKey, Group>,
-    logical_by_span: HashMap<(TraceId, SpanId), SpanFacts>,
-    logical_by_request: HashMap<(TraceId, String), (TraceId, SpanId)>,
-    finished: HashMap<GroupKey, Finished>,
+    groups: FastMap<GroupKey, Group>,
+    logical_by_span: FastMap<(TraceId, SpanId), SpanFacts>,
+    logical_by_request: FastMap<(TraceId, String), (TraceId, SpanId)>,
+    finished: FastMap<GroupKey, Finished>,
     finished_order: VecDeque<GroupKey>,
-    finished_logical: HashMap<(TraceId, SpanId), GroupKey>,
+    finished_logical: FastMap<(TraceId, SpanId), GroupKey>,
     finished_capacity: usize,
     /// Attempts replayed from the write-ahead log whose rows a completed file already holds:
     /// context for their request, never rows again.
-    written: std::collections::HashSet<(TraceId, SpanId)>,
+    written: FastSet<(TraceId, SpanId)>,
+    /// Estimated bytes held by pending groups and waiting logical spans.
+    pending_bytes: usize,
+    /// Estimated bytes held by the finished-request cache.
+    finished_bytes: usize,
 }
 
 /// A request still waiting: its attempts in arrival order.
@@ -128,8 +142,9 @@ pub struct Grouper {
 #[derive(Debug, Default)]
 struct Group {
     attempts: Vec<SpanFacts>,
-    span_ids: HashSet<SpanId>,
+    span_ids: FastSet<SpanId>,
     first_parent: Option<SpanId>,
+    bytes: usize,
 }
 
 /// What is remembered of an evaluated request.
@@ -137,7 +152,8 @@ struct Group {
 struct Finished {
     logical: Option<SpanFacts>,
     attempts: Vec<SpanFacts>,
-    span_ids: HashSet<SpanId>,
+    span_ids: FastSet<SpanId>,
+    bytes: usize,
 }
 
 /// What happened to a span offered to the [`Grouper`].
@@ -182,7 +198,18 @@ impl Grouper {
                 {
                     return Offer::Duplicate;
                 }
-                let group = self.groups.entry(key.clone()).or_default();
+                let group = self.groups.entry(key.clone()).or_insert_with(|| Group {
+                    bytes: GROUP_OVERHEAD_BYTES,
+                    ..Group::default()
+                });
+                let bytes = span.retained_bytes() + SPAN_ID_BYTES;
+                group.bytes += bytes;
+                self.pending_bytes += bytes
+                    + if group.attempts.is_empty() {
+                        GROUP_OVERHEAD_BYTES
+                    } else {
+                        0
+                    };
                 group.span_ids.insert(id);
                 group.first_parent = group.first_parent.or(span.parent_span_id);
                 group.attempts.push(span);
@@ -211,6 +238,9 @@ impl Grouper {
         if let Some(key) = finished_key {
             if let Some(finished) = self.finished.get_mut(&key) {
                 if finished.logical.is_none() {
+                    let bytes = span.retained_bytes();
+                    finished.bytes += bytes;
+                    self.finished_bytes += bytes;
                     self.finished_logical.insert(id, key);
                     finished.logical = Some(span);
                     return Offer::Logical;
@@ -221,6 +251,7 @@ impl Grouper {
             self.logical_by_request
                 .insert((span.trace_id, request_id.clone()), id);
         }
+        self.pending_bytes += span.retained_bytes();
         self.logical_by_span.insert(id, span);
         Offer::Logical
     }
@@ -264,6 +295,7 @@ impl Grouper {
         let Some(span) = self.logical_by_span.remove(&(trace_id, span_id)) else {
             return false;
         };
+        self.pending_bytes = self.pending_bytes.saturating_sub(span.retained_bytes());
         if let Some(request_id) = span.request_id {
             self.logical_by_request.remove(&(trace_id, request_id));
         }
@@ -337,11 +369,16 @@ impl Grouper {
         let Group {
             mut attempts,
             first_parent,
+            bytes,
             ..
         } = self.groups.remove(key)?;
+        self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         let mut logical = self
             .logical_key(key, first_parent)
             .and_then(|k| self.logical_by_span.remove(&k));
+        if let Some(l) = &logical {
+            self.pending_bytes = self.pending_bytes.saturating_sub(l.retained_bytes());
+        }
         if let Some(id) = logical.as_ref().and_then(|l| l.request_id.as_ref()) {
             self.logical_by_request
                 .remove(&(*key.trace_id(), id.clone()));
@@ -365,7 +402,11 @@ impl Grouper {
         if let Some(entry) = self.finished_entry(key) {
             // Ids now, so a copy arriving before `finish` is still a duplicate.
             let ids = already_written.iter().chain(&attempts).map(|a| a.span_id);
+            let before = entry.span_ids.len();
             entry.span_ids.extend(ids);
+            let bytes = (entry.span_ids.len() - before) * SPAN_ID_BYTES;
+            entry.bytes += bytes;
+            self.finished_bytes += bytes;
             if let Some(l) = &logical {
                 self.finished_logical
                     .insert((l.trace_id, l.span_id), key.clone());
@@ -389,12 +430,48 @@ impl Grouper {
         let known = entry.attempts.len();
         let new_context = request.evaluated.into_iter().skip(known);
         let room = MAX_ATTEMPTS_PER_REQUEST.saturating_sub(known);
-        entry
-            .attempts
-            .extend(new_context.chain(request.attempts).take(room));
-        if entry.logical.is_none() {
-            entry.logical = request.logical;
+        let mut bytes = 0;
+        for attempt in new_context.chain(request.attempts).take(room) {
+            bytes += attempt.retained_bytes();
+            entry.attempts.push(attempt.into_context());
         }
+        if entry.logical.is_none() {
+            if let Some(logical) = request.logical {
+                bytes += logical.retained_bytes();
+                entry.logical = Some(logical);
+            }
+        }
+        entry.bytes += bytes;
+        self.finished_bytes += bytes;
+    }
+
+    /// Forgets the oldest evaluated request; `false` when none is left. Its late retries will
+    /// be judged without it (`first_attempt_missing`), so this is what a tight budget costs.
+    pub fn evict_finished(&mut self) -> bool {
+        while let Some(oldest) = self.finished_order.pop_front() {
+            if let Some(gone) = self.finished.remove(&oldest) {
+                self.forget_finished(gone);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn forget_finished(&mut self, gone: Finished) {
+        self.finished_bytes = self.finished_bytes.saturating_sub(gone.bytes);
+        if let Some(l) = gone.logical {
+            self.finished_logical.remove(&(l.trace_id, l.span_id));
+        }
+    }
+
+    /// Estimated bytes held for pending requests.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// Estimated bytes held by the finished-request cache.
+    pub fn finished_bytes(&self) -> usize {
+        self.finished_bytes
     }
 
     /// The finished-cache entry of `key`, made (evicting the oldest) if new; `None` when the
@@ -405,18 +482,21 @@ impl Grouper {
         }
         if !self.finished.contains_key(key) {
             while self.finished.len() >= self.finished_capacity {
-                let Some(oldest) = self.finished_order.pop_front() else {
+                if !self.evict_finished() {
                     break;
-                };
-                if let Some(gone) = self.finished.remove(&oldest) {
-                    if let Some(l) = gone.logical {
-                        self.finished_logical.remove(&(l.trace_id, l.span_id));
-                    }
                 }
             }
             self.finished_order.push_back(key.clone());
+            self.finished_bytes += GROUP_OVERHEAD_BYTES;
         }
-        Some(self.finished.entry(key.clone()).or_default())
+        Some(
+            self.finished
+                .entry(key.clone())
+                .or_insert_with(|| Finished {
+                    bytes: GROUP_OVERHEAD_BYTES,
+                    ..Finished::default()
+                }),
+        )
     }
 
     /// Every group, in key order so output is deterministic whatever the arrival order.

@@ -197,7 +197,7 @@ fn json_envelope_as_in_the_seed() {
     assert_eq!(e.max_incremental_usd, Some(d("0.015")));
     assert_eq!(e.max_attempts_after_first, Some(1));
     assert_eq!(e.billing_group.as_deref(), Some("vip"));
-    assert_eq!(e.allowed_fallback_families.map(|f| f.len()), Some(3));
+    assert_eq!(e.allowed_fallback_families.as_ref().map(Vec::len), Some(3));
     assert!(!f.envelope.present && facts(vec![kv(attr::ENVELOPE_JSON, s(json))]).has_envelope());
 }
 
@@ -325,6 +325,7 @@ fn fallback_families_are_a_set() {
         )])
         .envelope
         .allowed_fallback_families
+        .clone()
     };
     assert_eq!(
         families(&["qwen", "glm", "qwen"]),

@@ -6,7 +6,7 @@
 //! [`Watermark`] how much of the write-ahead log it still needs: everything from the oldest
 //! record that still has a span pending or a row in a file not yet complete.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use tokio::sync::mpsc;
 
 use super::{Engine, PipelineMessage, Watermark};
-use crate::assemble::{Assembler, GroupKey, Offer, Ready};
+use crate::assemble::{Assembler, FastMap, GroupKey, Offer, Ready};
 use crate::contract::{service_name, SpanFacts, SpanId, SpanKind, TraceId};
 use crate::record::AttemptRow;
 use crate::sinks::forward::{enrich, ForwardHandle};
@@ -74,14 +74,14 @@ pub struct Worker {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     forward: Option<ForwardHandle>,
-    held: HashMap<(TraceId, SpanId), HeldSpan>,
+    held: FastMap<(TraceId, SpanId), HeldSpan>,
     rows_reported: u64,
     summary: WorkerSummary,
     shard: usize,
     watermark: Option<Arc<Watermark>>,
     pending_reported: u64,
-    group_lsns: HashMap<GroupKey, Lsns>,
-    logical_lsns: HashMap<(TraceId, SpanId), u64>,
+    group_lsns: FastMap<GroupKey, Lsns>,
+    logical_lsns: FastMap<(TraceId, SpanId), u64>,
     /// The LSN the next export will have: everything below it has reached the worker.
     next_lsn: u64,
     /// Rows of files a sink error abandoned: kept in the log until a restart recovers them.
@@ -114,14 +114,14 @@ impl Worker {
             metrics,
             health,
             forward,
-            held: HashMap::new(),
+            held: FastMap::default(),
             rows_reported: 0,
             summary: WorkerSummary::default(),
             shard: 0,
             watermark: None,
             pending_reported: 0,
-            group_lsns: HashMap::new(),
-            logical_lsns: HashMap::new(),
+            group_lsns: FastMap::default(),
+            logical_lsns: FastMap::default(),
             next_lsn: 1,
             pinned_lsn: None,
             last_checkpoint: Instant::now(),
@@ -242,7 +242,10 @@ impl Worker {
                                     .and_modify(|r| *r = r.widen(range))
                                     .or_insert(range);
                             }
-                            if let Some(origin) = &origin {
+                            // An attempt already written before a restart makes no row again,
+                            // so holding it for its enriched copy would hold it forever.
+                            let has_row = !written.contains(&id);
+                            if let (Some(origin), true) = (&origin, has_row) {
                                 self.held.insert(
                                     id,
                                     HeldSpan {

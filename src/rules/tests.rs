@@ -59,7 +59,7 @@ fn attempt(index: i32, model: &str) -> SpanFacts {
         request_id: Some("req-1".into()),
         attempt_index: Some(index),
         attempt_count: None,
-        envelope: EnvelopeFields::default(),
+        envelope: EnvelopeFields::default().into(),
         envelope_json: None,
         request_model: Some(model.into()),
         response_model: None,
@@ -88,7 +88,7 @@ fn logical(env: EnvelopeFields) -> SpanFacts {
         cached_input_tokens: Count::Missing,
         output_tokens: Count::Missing,
         output_cap: Count::Missing,
-        envelope: env,
+        envelope: env.into(),
         ..attempt(0, "")
     }
 }
@@ -395,7 +395,7 @@ fn envelope_incomplete_without_budget_or_attempt_limit() {
 #[test]
 fn envelope_incomplete_when_the_json_policy_does_not_parse() {
     let mut first = attempt(0, "glm-5");
-    first.envelope_json = Some(parse_envelope_json("{not json"));
+    first.envelope_json = Some(parse_envelope_json("{not json").into());
     assert_eq!(
         reason_of(EnvelopeFields::default(), vec![first]),
         Some(R::EnvelopeIncomplete)
@@ -573,7 +573,8 @@ fn envelope_conflict_takes_figures_from_the_logical_span() {
             present: true,
             max_incremental_usd: Some(d("0.5")),
             ..Default::default()
-        };
+        }
+        .into();
     });
     let rows = eval(vec![attempt(0, "glm-5"), retry]);
     assert!(rows
@@ -590,7 +591,8 @@ fn equal_values_written_differently_do_not_conflict() {
             present: true,
             max_incremental_usd: Some(d("0.0150")),
             ..Default::default()
-        };
+        }
+        .into();
     });
     assert!(eval(vec![attempt(0, "glm-5"), retry])[1].audited);
 }
@@ -693,7 +695,7 @@ fn envelope_conflict_takes_each_figure_from_the_logical_span_else_the_lowest_ind
         billing_group: Some("default".into()),
         ..Default::default()
     };
-    let full = |a: SpanFacts| with(a, |a| a.envelope = envelope());
+    let full = |a: SpanFacts| with(a, |a| a.envelope = envelope().into());
     let rows = eval_with(
         partial,
         vec![full(attempt(0, "glm-5")), full(attempt(1, "glm-5"))],
@@ -711,7 +713,8 @@ fn family_lists_in_another_order_do_not_conflict() {
             present: true,
             allowed_fallback_families: Some(vec!["deepseek".into(), "glm".into(), "qwen".into()]),
             ..Default::default()
-        };
+        }
+        .into();
     });
     assert!(eval(vec![attempt(0, "glm-5"), retry])[1].audited);
 }

@@ -10,6 +10,14 @@ fn options(max_pending: usize) -> AssemblerOptions {
         group_wait: WAIT,
         max_pending_requests: max_pending,
         finished_cache_requests: 100,
+        max_pending_bytes: usize::MAX,
+    }
+}
+
+fn budget(bytes: usize) -> AssemblerOptions {
+    AssemblerOptions {
+        max_pending_bytes: bytes,
+        ..options(1_000)
     }
 }
 
@@ -25,7 +33,7 @@ fn span(trace: u8, span_id: u8, kind: SpanKind, request: &str) -> SpanFacts {
         request_id: Some(request.into()),
         attempt_index: (kind == SpanKind::Attempt).then_some(i32::from(span_id) - 1),
         attempt_count: None,
-        envelope: EnvelopeFields::default(),
+        envelope: EnvelopeFields::default().into(),
         envelope_json: None,
         request_model: Some("glm-5".into()),
         response_model: None,
@@ -114,6 +122,48 @@ fn pending_cap_evaluates_the_oldest_early() {
     assert_eq!(ready.requests.len(), 1);
     assert_eq!(ready.requests[0].key.trace_id(), &[1; 16]);
     assert_eq!(a.pending_requests(), 2);
+}
+
+#[test]
+fn byte_budget_evaluates_the_oldest_early_and_keeps_within_it() {
+    let one = attempt(1, 1).retained_bytes();
+    // Room for a few groups, not for ten.
+    let mut a = Assembler::new(budget(one * 6));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    for trace in 1..=10u8 {
+        a.offer(
+            attempt(trace, 1),
+            t + Duration::from_secs(u64::from(trace)),
+            &mut ready,
+        );
+        assert!(a.grouper.pending_bytes() + a.grouper.finished_bytes() <= one * 6);
+    }
+    assert!(ready.evicted > 0);
+    assert_eq!(ready.requests.len() as u64, ready.evicted);
+    assert_eq!(ready.requests[0].key.trace_id(), &[1; 16], "oldest first");
+    assert_eq!(ready.requests.len() + a.pending_requests(), 10, "none lost");
+}
+
+#[test]
+fn byte_budget_forgets_finished_requests_before_evaluating_pending_ones_early() {
+    let one = attempt(1, 1).retained_bytes();
+    let mut a = Assembler::new(budget(one * 8));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    for trace in 1..=6u8 {
+        a.offer(logical(trace, 1), t, &mut ready);
+        a.offer(attempt(trace, 1), t, &mut ready);
+    }
+    let finished = ready.requests.len();
+    assert_eq!(finished, 6, "complete requests are ready at once");
+    for request in std::mem::take(&mut ready.requests) {
+        a.finish(request);
+    }
+    a.offer(attempt(7, 1), t, &mut ready);
+    assert_eq!(ready.evicted, 0, "the pending request waits");
+    assert_eq!(a.pending_requests(), 1);
+    assert!(a.grouper.pending_bytes() + a.grouper.finished_bytes() <= one * 8);
 }
 
 #[test]
