@@ -4,6 +4,7 @@
 //! "invalid" here, and the rules turn it into the row's `unaudited_reason`.
 
 pub mod otlp_json;
+pub mod wire;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -170,137 +171,20 @@ pub struct SpanFacts {
 }
 
 impl SpanFacts {
-    /// Reads one span. `service_name` comes from the span's resource.
+    /// Reads one decoded span. `service_name` comes from the span's resource.
     pub fn from_span(span: &Span, service_name: &Arc<str>) -> SpanFacts {
-        let mut facts = SpanFacts {
-            trace_id: id_or_zero(&span.trace_id),
-            span_id: id_or_zero(&span.span_id),
-            parent_span_id: (span.parent_span_id.len() == 8)
-                .then(|| id_or_zero(&span.parent_span_id))
-                .filter(|id| *id != [0; 8]),
-            service_name: Arc::clone(service_name),
-            start_time_unix_nano: span.start_time_unix_nano,
-            end_time_unix_nano: span.end_time_unix_nano,
-            kind: SpanKind::Passthrough,
-            request_id: None,
-            attempt_index: None,
-            attempt_count: None,
-            envelope: EnvelopeFields::empty(),
-            envelope_json: None,
-            request_model: None,
-            response_model: None,
-            provider: None,
-            model_family: None,
-            input_tokens: Count::Missing,
-            cached_input_tokens: Count::Missing,
-            output_tokens: Count::Missing,
-            output_cap: Count::Missing,
-            output_reached_client: None,
-            error_type: None,
-            sdk_estimated_incremental_usd: None,
-            sdk_remaining_envelope_usd: None,
-            sdk_decision_reason: None,
-        };
-        let mut role = None;
-        let mut has_index = false;
-        let mut env = EnvelopeFields::default();
-        // Legacy names only fill in what the current name left empty, whatever the order.
-        let mut legacy_system = None;
-        let mut legacy_input = Count::Missing;
-        let mut legacy_cached = Count::Missing;
-        let mut legacy_output = Count::Missing;
-
+        let mut reader = FactsReader::new(Arc::clone(service_name));
+        reader.ids(&span.trace_id, &span.span_id, &span.parent_span_id);
+        reader.times(span.start_time_unix_nano, span.end_time_unix_nano);
         for KeyValue { key, value, .. } in &span.attributes {
-            let Some(value) = value.as_ref().and_then(|v| v.value.as_ref()) else {
-                if is_envelope_key(key) {
-                    env.present = true;
-                }
-                continue;
-            };
-            match key.as_str() {
-                attr::SPAN_ROLE => role = string(value),
-                attr::REQUEST_ID => facts.request_id = request_id(value),
-                attr::ATTEMPT_INDEX => {
-                    has_index = true;
-                    facts.attempt_index = int(value)
-                        .value()
-                        .and_then(|i| i32::try_from(i).ok())
-                        .filter(|i| *i >= 0);
-                }
-                attr::ATTEMPT_COUNT => {
-                    facts.attempt_count = int(value)
-                        .value()
-                        .and_then(|c| u32::try_from(c).ok())
-                        .filter(|c| *c > 0);
-                }
-                attr::ATTEMPT_MODEL_FAMILY => facts.model_family = string(value),
-                attr::OUTPUT_REACHED_CLIENT => facts.output_reached_client = boolean(value),
-                attr::REQUEST_MODEL => facts.request_model = string(value),
-                attr::RESPONSE_MODEL => facts.response_model = string(value),
-                attr::PROVIDER_NAME => facts.provider = string(value),
-                attr::LEGACY_SYSTEM => legacy_system = string(value),
-                attr::INPUT_TOKENS => facts.input_tokens = int(value),
-                attr::LEGACY_PROMPT_TOKENS => legacy_input = int(value),
-                attr::CACHE_READ_INPUT_TOKENS => facts.cached_input_tokens = int(value),
-                attr::LEGACY_CACHE_READ_INPUT_TOKENS => legacy_cached = int(value),
-                attr::OUTPUT_TOKENS => facts.output_tokens = int(value),
-                attr::LEGACY_COMPLETION_TOKENS => legacy_output = int(value),
-                attr::REQUEST_MAX_TOKENS => facts.output_cap = int(value),
-                attr::ERROR_TYPE => facts.error_type = string(value),
-                attr::SDK_ESTIMATED_INCREMENTAL_USD => {
-                    facts.sdk_estimated_incremental_usd = money(value)
-                }
-                attr::SDK_REMAINING_ENVELOPE_USD => facts.sdk_remaining_envelope_usd = money(value),
-                attr::SDK_DECISION_REASON => facts.sdk_decision_reason = string(value),
-                attr::TASK_TYPE => env.task_type = string(value),
-                attr::ENVELOPE_JSON => {
-                    facts.envelope_json = Some(Arc::new(match value {
-                        Value::StringValue(json) => parse_envelope_json(json),
-                        _ => EnvelopeFields {
-                            present: true,
-                            json_invalid: true,
-                            ..Default::default()
-                        },
-                    }));
-                }
-                key => {
-                    if read_flat_envelope_field(&mut env, key, value) {
-                        env.present = true;
-                    }
-                }
-            }
+            let value = value.as_ref().and_then(|v| v.value.as_ref());
+            reader.attribute(key, value.map(ValueRef::from));
         }
-
-        if env != EnvelopeFields::default() {
-            facts.envelope = Arc::new(env);
-        }
-        facts.provider = facts.provider.or(legacy_system);
-        if facts.input_tokens == Count::Missing {
-            facts.input_tokens = legacy_input;
-        }
-        if facts.cached_input_tokens == Count::Missing {
-            facts.cached_input_tokens = legacy_cached;
-        }
-        if facts.output_tokens == Count::Missing {
-            facts.output_tokens = legacy_output;
-        }
-        if facts.error_type.is_none()
-            && span
-                .status
-                .as_ref()
-                .is_some_and(|s| s.code == StatusCode::Error as i32)
-        {
-            facts.error_type = Some(attr::ERROR_TYPE_OTHER.to_owned());
-        }
-        facts.kind = match role.as_deref() {
-            Some(attr::ROLE_LOGICAL_REQUEST) => SpanKind::LogicalRequest,
-            Some(attr::ROLE_ATTEMPT) => SpanKind::Attempt,
-            _ if has_index => SpanKind::Attempt,
-            _ if facts.request_model.is_some() && facts.request_id.is_some() => SpanKind::Attempt,
-            _ if facts.request_model.is_some() => SpanKind::SingleAttempt,
-            _ => SpanKind::Passthrough,
-        };
-        facts
+        let status_error = span
+            .status
+            .as_ref()
+            .is_some_and(|s| s.code == StatusCode::Error as i32);
+        reader.finish(status_error)
     }
 
     /// Estimated bytes this span keeps alive while held: itself, its strings, and an envelope
@@ -363,7 +247,7 @@ pub fn service_name(resource_attributes: &[KeyValue]) -> Arc<str> {
         .iter()
         .find(|kv| kv.key == attr::SERVICE_NAME)
         .and_then(|kv| kv.value.as_ref()?.value.as_ref())
-        .and_then(string)
+        .and_then(|value| string(ValueRef::from(value)))
         .map_or_else(|| Arc::from(attr::UNKNOWN_SERVICE), Arc::from)
 }
 
@@ -384,7 +268,7 @@ fn is_envelope_key(key: &str) -> bool {
 }
 
 /// Reads a flat envelope attribute; returns whether `key` is one (present even if unparseable).
-fn read_flat_envelope_field(env: &mut EnvelopeFields, key: &str, value: &Value) -> bool {
+fn read_flat_envelope_field(env: &mut EnvelopeFields, key: &str, value: ValueRef<'_>) -> bool {
     match key {
         attr::PRICING_SOURCE => env.pricing_source = string(value),
         attr::PRICING_CHECKED_AT => {
@@ -406,40 +290,263 @@ fn id_or_zero<const N: usize>(bytes: &[u8]) -> [u8; N] {
     <[u8; N]>::try_from(bytes).unwrap_or([0; N])
 }
 
+/// An attribute value as either reader sees it: borrowed from a decoded span, or straight from
+/// the protobuf bytes, so both readers share one interpretation of the contract.
+#[derive(Debug, Clone, Copy)]
+pub enum ValueRef<'a> {
+    Str(&'a str),
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+    Array(ArrayRef<'a>),
+    /// Bytes, key-value lists, or a value of no known kind.
+    Other,
+}
+
+/// The items of an array value, not yet read.
+#[derive(Debug, Clone, Copy)]
+pub enum ArrayRef<'a> {
+    Decoded(&'a [AnyValue]),
+    /// The encoded `ArrayValue` message.
+    Wire(&'a [u8]),
+}
+
+impl<'a> From<&'a Value> for ValueRef<'a> {
+    fn from(value: &'a Value) -> Self {
+        match value {
+            Value::StringValue(s) => ValueRef::Str(s),
+            Value::BoolValue(b) => ValueRef::Bool(*b),
+            Value::IntValue(i) => ValueRef::Int(*i),
+            Value::DoubleValue(d) => ValueRef::Double(*d),
+            Value::ArrayValue(a) => ValueRef::Array(ArrayRef::Decoded(&a.values)),
+            _ => ValueRef::Other,
+        }
+    }
+}
+
+/// Builds [`SpanFacts`] one field at a time, in whatever order the fields come.
+pub(crate) struct FactsReader {
+    facts: SpanFacts,
+    role: Option<String>,
+    has_index: bool,
+    env: EnvelopeFields,
+    // Legacy names only fill in what the current name left empty, whatever the order.
+    legacy_system: Option<String>,
+    legacy_input: Count,
+    legacy_cached: Count,
+    legacy_output: Count,
+}
+
+impl FactsReader {
+    pub(crate) fn new(service_name: Arc<str>) -> FactsReader {
+        FactsReader {
+            facts: SpanFacts {
+                trace_id: [0; 16],
+                span_id: [0; 8],
+                parent_span_id: None,
+                service_name,
+                start_time_unix_nano: 0,
+                end_time_unix_nano: 0,
+                kind: SpanKind::Passthrough,
+                request_id: None,
+                attempt_index: None,
+                attempt_count: None,
+                envelope: EnvelopeFields::empty(),
+                envelope_json: None,
+                request_model: None,
+                response_model: None,
+                provider: None,
+                model_family: None,
+                input_tokens: Count::Missing,
+                cached_input_tokens: Count::Missing,
+                output_tokens: Count::Missing,
+                output_cap: Count::Missing,
+                output_reached_client: None,
+                error_type: None,
+                sdk_estimated_incremental_usd: None,
+                sdk_remaining_envelope_usd: None,
+                sdk_decision_reason: None,
+            },
+            role: None,
+            has_index: false,
+            env: EnvelopeFields::default(),
+            legacy_system: None,
+            legacy_input: Count::Missing,
+            legacy_cached: Count::Missing,
+            legacy_output: Count::Missing,
+        }
+    }
+
+    pub(crate) fn ids(&mut self, trace_id: &[u8], span_id: &[u8], parent_span_id: &[u8]) {
+        self.trace_id(trace_id);
+        self.span_id(span_id);
+        self.parent_span_id(parent_span_id);
+    }
+
+    pub(crate) fn trace_id(&mut self, id: &[u8]) {
+        self.facts.trace_id = id_or_zero(id);
+    }
+
+    pub(crate) fn span_id(&mut self, id: &[u8]) {
+        self.facts.span_id = id_or_zero(id);
+    }
+
+    pub(crate) fn parent_span_id(&mut self, id: &[u8]) {
+        self.facts.parent_span_id = (id.len() == 8)
+            .then(|| id_or_zero(id))
+            .filter(|id| *id != [0; 8]);
+    }
+
+    pub(crate) fn times(&mut self, start: u64, end: u64) {
+        self.start_time(start);
+        self.end_time(end);
+    }
+
+    pub(crate) fn start_time(&mut self, nanos: u64) {
+        self.facts.start_time_unix_nano = nanos;
+    }
+
+    pub(crate) fn end_time(&mut self, nanos: u64) {
+        self.facts.end_time_unix_nano = nanos;
+    }
+
+    /// One attribute; `None` when the attribute has no value.
+    pub(crate) fn attribute(&mut self, key: &str, value: Option<ValueRef<'_>>) {
+        let Some(value) = value else {
+            if is_envelope_key(key) {
+                self.env.present = true;
+            }
+            return;
+        };
+        let facts = &mut self.facts;
+        let env = &mut self.env;
+        match key {
+            attr::SPAN_ROLE => self.role = string(value),
+            attr::REQUEST_ID => facts.request_id = request_id(value),
+            attr::ATTEMPT_INDEX => {
+                self.has_index = true;
+                facts.attempt_index = int(value)
+                    .value()
+                    .and_then(|i| i32::try_from(i).ok())
+                    .filter(|i| *i >= 0);
+            }
+            attr::ATTEMPT_COUNT => {
+                facts.attempt_count = int(value)
+                    .value()
+                    .and_then(|c| u32::try_from(c).ok())
+                    .filter(|c| *c > 0);
+            }
+            attr::ATTEMPT_MODEL_FAMILY => facts.model_family = string(value),
+            attr::OUTPUT_REACHED_CLIENT => facts.output_reached_client = boolean(value),
+            attr::REQUEST_MODEL => facts.request_model = string(value),
+            attr::RESPONSE_MODEL => facts.response_model = string(value),
+            attr::PROVIDER_NAME => facts.provider = string(value),
+            attr::LEGACY_SYSTEM => self.legacy_system = string(value),
+            attr::INPUT_TOKENS => facts.input_tokens = int(value),
+            attr::LEGACY_PROMPT_TOKENS => self.legacy_input = int(value),
+            attr::CACHE_READ_INPUT_TOKENS => facts.cached_input_tokens = int(value),
+            attr::LEGACY_CACHE_READ_INPUT_TOKENS => self.legacy_cached = int(value),
+            attr::OUTPUT_TOKENS => facts.output_tokens = int(value),
+            attr::LEGACY_COMPLETION_TOKENS => self.legacy_output = int(value),
+            attr::REQUEST_MAX_TOKENS => facts.output_cap = int(value),
+            attr::ERROR_TYPE => facts.error_type = string(value),
+            attr::SDK_ESTIMATED_INCREMENTAL_USD => {
+                facts.sdk_estimated_incremental_usd = money(value)
+            }
+            attr::SDK_REMAINING_ENVELOPE_USD => facts.sdk_remaining_envelope_usd = money(value),
+            attr::SDK_DECISION_REASON => facts.sdk_decision_reason = string(value),
+            attr::TASK_TYPE => env.task_type = string(value),
+            attr::ENVELOPE_JSON => {
+                facts.envelope_json = Some(Arc::new(match value {
+                    ValueRef::Str(json) => parse_envelope_json(json),
+                    _ => EnvelopeFields {
+                        present: true,
+                        json_invalid: true,
+                        ..Default::default()
+                    },
+                }));
+            }
+            key => {
+                if read_flat_envelope_field(env, key, value) {
+                    env.present = true;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn finish(self, status_error: bool) -> SpanFacts {
+        let FactsReader {
+            mut facts,
+            role,
+            has_index,
+            env,
+            legacy_system,
+            legacy_input,
+            legacy_cached,
+            legacy_output,
+        } = self;
+        if env != EnvelopeFields::default() {
+            facts.envelope = Arc::new(env);
+        }
+        facts.provider = facts.provider.or(legacy_system);
+        if facts.input_tokens == Count::Missing {
+            facts.input_tokens = legacy_input;
+        }
+        if facts.cached_input_tokens == Count::Missing {
+            facts.cached_input_tokens = legacy_cached;
+        }
+        if facts.output_tokens == Count::Missing {
+            facts.output_tokens = legacy_output;
+        }
+        if facts.error_type.is_none() && status_error {
+            facts.error_type = Some(attr::ERROR_TYPE_OTHER.to_owned());
+        }
+        facts.kind = match role.as_deref() {
+            Some(attr::ROLE_LOGICAL_REQUEST) => SpanKind::LogicalRequest,
+            Some(attr::ROLE_ATTEMPT) => SpanKind::Attempt,
+            _ if has_index => SpanKind::Attempt,
+            _ if facts.request_model.is_some() && facts.request_id.is_some() => SpanKind::Attempt,
+            _ if facts.request_model.is_some() => SpanKind::SingleAttempt,
+            _ => SpanKind::Passthrough,
+        };
+        facts
+    }
+}
+
 /// A non-empty string value; other types count as missing.
-fn string(value: &Value) -> Option<String> {
+fn string(value: ValueRef<'_>) -> Option<String> {
     match value {
-        Value::StringValue(s) if !s.is_empty() => Some(s.clone()),
+        ValueRef::Str(s) if !s.is_empty() => Some(s.to_owned()),
         _ => None,
     }
 }
 
 /// Request ids are strings, but an SDK that writes an integer id means the same thing.
-fn request_id(value: &Value) -> Option<String> {
+fn request_id(value: ValueRef<'_>) -> Option<String> {
     match value {
-        Value::IntValue(i) => Some(i.to_string()),
+        ValueRef::Int(i) => Some(i.to_string()),
         other => string(other),
     }
 }
 
-fn boolean(value: &Value) -> Option<bool> {
+fn boolean(value: ValueRef<'_>) -> Option<bool> {
     match value {
-        Value::BoolValue(b) => Some(*b),
+        ValueRef::Bool(b) => Some(b),
         _ => None,
     }
 }
 
 /// A string array, as a sorted set: `["qwen","glm"]` and `["glm","qwen"]` are one policy.
-fn string_array(value: &Value) -> Option<Vec<String>> {
+fn string_array(value: ValueRef<'_>) -> Option<Vec<String>> {
     let items: Option<Vec<String>> = match value {
-        Value::ArrayValue(array) => array
-            .values
+        ValueRef::Array(ArrayRef::Decoded(values)) => values
             .iter()
             .map(|v| match &v.value {
                 Some(Value::StringValue(s)) => Some(s.clone()),
                 _ => None,
             })
             .collect(),
+        ValueRef::Array(ArrayRef::Wire(bytes)) => wire::array_strings(bytes),
         _ => None,
     };
     items.map(as_set)
@@ -456,11 +563,11 @@ fn small_int(count: Count) -> Option<i32> {
 }
 
 /// An integer from an int, an integral double, or an integral decimal string.
-fn int(value: &Value) -> Count {
+fn int(value: ValueRef<'_>) -> Count {
     match value {
-        Value::IntValue(i) => Count::Value(*i),
-        Value::DoubleValue(d) => int_from_decimal(double_to_decimal(*d)),
-        Value::StringValue(s) => int_from_decimal(parse_lenient_decimal(s)),
+        ValueRef::Int(i) => Count::Value(i),
+        ValueRef::Double(d) => int_from_decimal(double_to_decimal(d)),
+        ValueRef::Str(s) => int_from_decimal(parse_lenient_decimal(s)),
         _ => Count::Missing,
     }
 }
@@ -474,11 +581,11 @@ fn int_from_decimal(d: Option<Decimal>) -> Count {
 
 /// Money from an int, a double (through its shortest decimal form), or a decimal string,
 /// rounded half-even to the 18 places the Parquet columns hold.
-fn money(value: &Value) -> Option<Decimal> {
+fn money(value: ValueRef<'_>) -> Option<Decimal> {
     let d = match value {
-        Value::IntValue(i) => Some(Decimal::from(*i)),
-        Value::DoubleValue(d) => double_to_decimal(*d),
-        Value::StringValue(s) => parse_lenient_decimal(s),
+        ValueRef::Int(i) => Some(Decimal::from(i)),
+        ValueRef::Double(d) => double_to_decimal(d),
+        ValueRef::Str(s) => parse_lenient_decimal(s),
         _ => None,
     }?;
     Some(round_money(d))

@@ -33,8 +33,7 @@ use crate::sinks::parquet::{ParquetSink, SinkOptions};
 use crate::wal::{self, FsyncPolicy, WalOptions, WalWriter};
 use std::collections::HashSet;
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use prost::Message;
+use crate::contract::wire::read_export;
 
 /// Logged export requests queued ahead of the worker before the log stage waits. Each holds a
 /// decoded request (about 1 MB for 512 spans), so a short queue is what bounds memory; a full
@@ -294,10 +293,12 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     );
     let recovered_from = recovery.records.first().map(|r| r.lsn);
     let mut recovered: Vec<Vec<_>> = (0..shards).map(|_| Vec::new()).collect();
+    let forwarding = config.exporters.otlp_forward.endpoint.is_some();
     for record in recovery.records {
-        match ExportTraceServiceRequest::decode(record.payload) {
-            Ok(request) => {
-                for (shard, part) in partition(request, shards) {
+        let payload = record.payload;
+        match read_export(&payload, forwarding) {
+            Ok(export) => {
+                for (shard, part) in partition(export, &payload, shards) {
                     recovered[shard].push((record.lsn, part));
                 }
             }
@@ -409,6 +410,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         tracing::warn!("sink none: every export is acknowledged and discarded after decoding");
         intake = intake.discarding();
     }
+    let intake = intake.forwarding(forwarding);
     let (tls_on, tokens) = (tls.is_some(), auth.as_ref().map_or(0, |a| a.tokens()));
     let grpc_server = tokio::spawn(grpc::serve(
         grpc_listener,

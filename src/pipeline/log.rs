@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{PipelineMessage, Watermark};
@@ -98,7 +97,7 @@ pub enum LogMessage {
 /// One export to log: its protobuf bytes, and its decoded spans split by shard.
 pub struct Append {
     pub bytes: Bytes,
-    pub parts: Vec<(usize, ExportTraceServiceRequest)>,
+    pub parts: Vec<(usize, super::ExportPart)>,
     pub transport: Transport,
     pub permit: Permit,
     pub done: oneshot::Sender<Result<(), Refusal>>,
@@ -156,10 +155,10 @@ pub fn run(
                     let lsn = first_lsn + i as u64;
                     let permit = Arc::new(append.permit);
                     let mut answer = Ok(());
-                    for (shard, request) in append.parts {
+                    for (shard, part) in append.parts {
                         watermark.dispatched(shard, lsn);
                         let message = PipelineMessage::Export {
-                            request,
+                            part,
                             lsn,
                             permit: Arc::clone(&permit),
                         };

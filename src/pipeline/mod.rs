@@ -11,7 +11,7 @@ mod watermark;
 mod worker;
 
 pub use log::{run as run_log, Append, InFlight, LogMessage, Permit, WAL_COMPONENT};
-pub use shard::{partition, shard_of};
+pub use shard::{partition, regroup, shard_of, ExportPart, RawSpan, RawSpans};
 pub use watermark::Watermark;
 pub use worker::{Worker, WorkerSummary, PARQUET_COMPONENT};
 
@@ -100,7 +100,7 @@ pub enum PipelineMessage {
     /// This shard's part of an export request, durable in the write-ahead log as record `lsn`.
     /// The export's share of the in-flight budget is given back once every part is ingested.
     Export {
-        request: ExportTraceServiceRequest,
+        part: ExportPart,
         lsn: u64,
         permit: std::sync::Arc<Permit>,
     },

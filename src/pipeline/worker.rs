@@ -10,15 +10,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use tokio::sync::mpsc;
 
-use super::{Engine, PipelineMessage, Watermark};
+use super::{regroup, Engine, ExportPart, PipelineMessage, RawSpan, Watermark};
 use crate::assemble::{Assembler, FastMap, GroupKey, Offer, Ready};
-use crate::contract::{service_name, SpanFacts, SpanId, SpanKind, TraceId};
+use crate::contract::{SpanId, SpanKind, TraceId};
 use crate::record::AttemptRow;
 use crate::sinks::forward::{enrich, ForwardHandle};
 use crate::sinks::metrics::{Health, Metrics};
@@ -27,20 +23,6 @@ use crate::sinks::parquet::{LsnRange, ParquetSink, ParquetSinkError};
 pub const PARQUET_COMPONENT: &str = "parquet";
 /// How often the worker tells the log which segments it no longer needs.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
-
-/// Where an attempt span came from, so it can be forwarded under its resource and scope once
-/// its decision is known.
-struct Origin {
-    resource: Option<Resource>,
-    resource_schema_url: String,
-    scope: Option<InstrumentationScope>,
-    scope_schema_url: String,
-}
-
-struct HeldSpan {
-    origin: Arc<Origin>,
-    span: Span,
-}
 
 /// What the worker did, returned when it ends.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +56,8 @@ pub struct Worker {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     forward: Option<ForwardHandle>,
-    held: FastMap<(TraceId, SpanId), HeldSpan>,
+    /// Attempt spans kept to be forwarded, enriched, once their row is known.
+    held: FastMap<(TraceId, SpanId), RawSpan>,
     rows_reported: u64,
     summary: WorkerSummary,
     shard: usize,
@@ -143,12 +126,12 @@ impl Worker {
     /// rows again.
     pub fn recover(
         &mut self,
-        records: Vec<(u64, ExportTraceServiceRequest)>,
+        records: Vec<(u64, ExportPart)>,
         written: &HashSet<(TraceId, SpanId)>,
     ) {
         let now = Instant::now();
-        for (lsn, request) in records {
-            self.ingest(request, now, Some(lsn), written);
+        for (lsn, part) in records {
+            self.ingest(part, now, Some(lsn), written);
             self.next_lsn = self.next_lsn.max(lsn + 1);
         }
         self.checkpoint();
@@ -161,12 +144,8 @@ impl Worker {
         while let Some(message) = messages.blocking_recv() {
             let now = Instant::now();
             match message {
-                PipelineMessage::Export {
-                    request,
-                    lsn,
-                    permit,
-                } => {
-                    self.ingest(request, now, Some(lsn), &nothing_written);
+                PipelineMessage::Export { part, lsn, permit } => {
+                    self.ingest(part, now, Some(lsn), &nothing_written);
                     self.next_lsn = self.next_lsn.max(lsn + 1);
                     drop(permit);
                 }
@@ -197,89 +176,50 @@ impl Worker {
 
     fn ingest(
         &mut self,
-        request: ExportTraceServiceRequest,
+        part: ExportPart,
         now: Instant,
         lsn: Option<u64>,
         written: &HashSet<(TraceId, SpanId)>,
     ) {
-        let forwarding = self.forward.is_some();
         let mut ready = Ready::default();
         let mut duplicates = 0;
         let mut passthrough = Vec::new();
-        for resource_spans in request.resource_spans {
-            let service = service_name(
-                resource_spans
-                    .resource
-                    .as_ref()
-                    .map_or(&[][..], |r| r.attributes.as_slice()),
-            );
-            let mut forwarded_scopes = Vec::new();
-            for scope_spans in resource_spans.scope_spans {
-                let origin = forwarding.then(|| {
-                    Arc::new(Origin {
-                        resource: resource_spans.resource.clone(),
-                        resource_schema_url: resource_spans.schema_url.clone(),
-                        scope: scope_spans.scope.clone(),
-                        scope_schema_url: scope_spans.schema_url.clone(),
-                    })
-                });
-                let mut forwarded_spans = Vec::new();
-                for span in scope_spans.spans {
-                    let facts = SpanFacts::from_span(&span, &service);
-                    let id = (facts.trace_id, facts.span_id);
-                    let is_logical = facts.kind == SpanKind::LogicalRequest;
-                    let offer = if written.contains(&id) {
-                        self.assembler.offer_written(facts, now, &mut ready)
-                    } else {
-                        self.assembler.offer(facts, now, &mut ready)
-                    };
-                    match offer {
-                        Offer::Attempt(key) => {
-                            if let Some(lsn) = lsn {
-                                let range = LsnRange::single(lsn);
-                                self.group_lsns
-                                    .entry(key)
-                                    .and_modify(|r| *r = r.widen(range))
-                                    .or_insert(range);
-                            }
-                            // An attempt already written before a restart makes no row again,
-                            // so holding it for its enriched copy would hold it forever.
-                            let has_row = !written.contains(&id);
-                            if let (Some(origin), true) = (&origin, has_row) {
-                                self.held.insert(
-                                    id,
-                                    HeldSpan {
-                                        origin: Arc::clone(origin),
-                                        span,
-                                    },
-                                );
-                            }
-                        }
-                        Offer::Duplicate => duplicates += 1,
-                        Offer::Logical | Offer::Passthrough => {
-                            if let (true, Some(lsn)) = (is_logical, lsn) {
-                                self.logical_lsns.entry(id).or_insert(lsn);
-                            }
-                            if forwarding {
-                                forwarded_spans.push(span);
-                            }
+        let raw = part.raw.filter(|_| self.forward.is_some());
+        for (i, facts) in part.spans.into_iter().enumerate() {
+            let id = (facts.trace_id, facts.span_id);
+            let is_logical = facts.kind == SpanKind::LogicalRequest;
+            let offer = if written.contains(&id) {
+                self.assembler.offer_written(facts, now, &mut ready)
+            } else {
+                self.assembler.offer(facts, now, &mut ready)
+            };
+            let raw_span = || raw.as_ref().and_then(|r| r.span(i));
+            match offer {
+                Offer::Attempt(key) => {
+                    if let Some(lsn) = lsn {
+                        let range = LsnRange::single(lsn);
+                        self.group_lsns
+                            .entry(key)
+                            .and_modify(|r| *r = r.widen(range))
+                            .or_insert(range);
+                    }
+                    // An attempt already written before a restart makes no row again, so
+                    // holding it for its enriched copy would hold it forever.
+                    if !written.contains(&id) {
+                        if let Some(span) = raw_span() {
+                            self.held.insert(id, span);
                         }
                     }
                 }
-                if !forwarded_spans.is_empty() {
-                    forwarded_scopes.push(ScopeSpans {
-                        scope: scope_spans.scope,
-                        spans: forwarded_spans,
-                        schema_url: scope_spans.schema_url,
-                    });
+                Offer::Duplicate => duplicates += 1,
+                Offer::Logical | Offer::Passthrough => {
+                    if let (true, Some(lsn)) = (is_logical, lsn) {
+                        self.logical_lsns.entry(id).or_insert(lsn);
+                    }
+                    if let Some(span) = raw_span().and_then(|s| s.decode()) {
+                        passthrough.push(span);
+                    }
                 }
-            }
-            if !forwarded_scopes.is_empty() {
-                passthrough.push(ResourceSpans {
-                    resource: resource_spans.resource,
-                    scope_spans: forwarded_scopes,
-                    schema_url: resource_spans.schema_url,
-                });
             }
         }
         if duplicates > 0 {
@@ -287,7 +227,7 @@ impl Worker {
         }
         if let Some(forward) = &self.forward {
             if !passthrough.is_empty() {
-                forward.send(passthrough);
+                forward.send(regroup(passthrough));
             }
         }
         self.evaluate(ready);
@@ -421,22 +361,17 @@ impl Worker {
             let Some(id) = crate::contract::ids_from_hex(&row.trace_id, &row.span_id) else {
                 continue;
             };
-            let Some(HeldSpan { origin, mut span }) = self.held.remove(&id) else {
+            let Some((origin, mut resource_spans)) = self.held.remove(&id).and_then(|s| s.decode())
+            else {
                 continue;
             };
-            enrich(&mut span, row);
-            batch.push(ResourceSpans {
-                resource: origin.resource.clone(),
-                scope_spans: vec![ScopeSpans {
-                    scope: origin.scope.clone(),
-                    spans: vec![span],
-                    schema_url: origin.scope_schema_url.clone(),
-                }],
-                schema_url: origin.resource_schema_url.clone(),
-            });
+            if let Some(span) = RawSpan::span_mut(&mut resource_spans) {
+                enrich(span, row);
+            }
+            batch.push((origin, resource_spans));
         }
         if !batch.is_empty() {
-            forward.send(batch);
+            forward.send(regroup(batch));
         }
     }
 

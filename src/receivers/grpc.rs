@@ -12,9 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 use tokio::net::TcpListener;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -31,7 +29,6 @@ const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/
 /// A decoded export request with the bytes it came in.
 pub struct RawExport {
     bytes: Bytes,
-    request: ExportTraceServiceRequest,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -59,10 +56,10 @@ impl Decoder for ExportDecoder {
     type Error = Status;
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<RawExport>, Status> {
-        let bytes = src.copy_to_bytes(src.remaining());
-        let request = ExportTraceServiceRequest::decode(bytes.clone())
-            .map_err(|e| Status::invalid_argument(format!("invalid OTLP protobuf: {e}")))?;
-        Ok(Some(RawExport { bytes, request }))
+        // Read into span facts by the method, which knows whether spans are forwarded.
+        Ok(Some(RawExport {
+            bytes: src.copy_to_bytes(src.remaining()),
+        }))
     }
 }
 
@@ -88,8 +85,15 @@ impl UnaryService<RawExport> for ExportMethod {
     fn call(&mut self, request: Request<RawExport>) -> Self::Future {
         let intake = self.intake.clone();
         Box::pin(async move {
-            let RawExport { bytes, request } = request.into_inner();
-            match intake.submit(bytes, request, Transport::Grpc).await {
+            let RawExport { bytes } = request.into_inner();
+            let export = match intake.read(&bytes) {
+                Ok(export) => export,
+                Err(e) => {
+                    intake.metrics().export_request("grpc", "invalid");
+                    return Err(Status::invalid_argument(e.to_string()));
+                }
+            };
+            match intake.submit(bytes, export, Transport::Grpc).await {
                 Ok(()) => {
                     intake.metrics().export_request("grpc", "ok");
                     Ok(Response::new(ExportTraceServiceResponse {

@@ -11,9 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::serve::ListenerExt;
 use axum::Router;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 use tokio::net::TcpListener;
 
@@ -244,17 +242,8 @@ async fn accept(
         }
     })?;
     let bytes = decompress(headers, raw, limit)?;
-    let (bytes, request) = match encoding {
-        Encoding::Protobuf => {
-            let request = ExportTraceServiceRequest::decode(bytes.clone()).map_err(|e| {
-                Refusal::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid",
-                    format!("invalid OTLP protobuf: {e}"),
-                )
-            })?;
-            (bytes, request)
-        }
+    let bytes = match encoding {
+        Encoding::Protobuf => bytes,
         Encoding::Json => {
             let request = crate::contract::otlp_json::parse_request(&bytes).map_err(|e| {
                 Refusal::new(
@@ -264,12 +253,16 @@ async fn accept(
                 )
             })?;
             // The write-ahead log keeps protobuf, whatever the wire format was.
-            (Bytes::from(request.encode_to_vec()), request)
+            Bytes::from(request.encode_to_vec())
         }
     };
+    let export = state
+        .intake
+        .read(&bytes)
+        .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid", e.to_string()))?;
     state
         .intake
-        .submit(bytes, request, Transport::Http)
+        .submit(bytes, export, Transport::Http)
         .await
         .map_err(refusal_of)
 }

@@ -18,6 +18,8 @@ use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::contract::wire::{read_export, WireError};
+
 use crate::pipeline::{partition, Append, InFlight, LogMessage};
 use crate::sinks::metrics::{Health, Metrics};
 
@@ -84,6 +86,8 @@ pub struct Intake {
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     shards: usize,
+    /// Spans are forwarded downstream: keep where each lies in the export's bytes.
+    keep_raw: bool,
     discard: bool,
 }
 
@@ -101,8 +105,15 @@ impl Intake {
             metrics,
             health,
             shards,
+            keep_raw: false,
             discard: false,
         }
+    }
+
+    /// Spans will be forwarded: parts carry their bytes.
+    pub fn forwarding(mut self, on: bool) -> Intake {
+        self.keep_raw = on;
+        self
     }
 
     /// Acknowledges and drops every export after decoding (`--sink none`): the floor a real
@@ -129,17 +140,24 @@ impl Intake {
         self.in_flight.is_full().then_some(Refusal::Busy)
     }
 
-    /// Logs one decoded export request (`bytes` is its protobuf encoding) and queues it for
-    /// the pipeline. `Ok` means it is durable: it will be a row even after a crash.
+    /// Reads an encoded export request into span facts: what the receivers call before
+    /// [`Intake::submit`]. An error is the client's (invalid argument / 400).
+    pub fn read(&self, bytes: &Bytes) -> Result<crate::contract::wire::WireExport, WireError> {
+        read_export(bytes, self.keep_raw && !self.discard)
+    }
+
+    /// Logs one export request (`bytes` is its protobuf encoding, `export` what [`Intake::read`]
+    /// made of it) and queues it for the pipeline. `Ok` means it is durable: it will be a row
+    /// even after a crash.
     pub async fn submit(
         &self,
         bytes: Bytes,
-        request: ExportTraceServiceRequest,
+        export: crate::contract::wire::WireExport,
         transport: Transport,
     ) -> Result<(), Refusal> {
+        let spans = export.spans.len() as u64;
         if self.discard {
-            self.metrics
-                .spans_received(transport.as_str(), span_count(&request));
+            self.metrics.spans_received(transport.as_str(), spans);
             return Ok(());
         }
         // A sink that cannot write would pile rows up in memory: refuse until it recovers. (The
@@ -150,12 +168,12 @@ impl Intake {
         let Some(permit) = self.in_flight.permit(bytes.len() as u64) else {
             return Err(Refusal::Busy);
         };
-        let spans = span_count(&request);
         let (done, accepted) = oneshot::channel();
         // Split here, on the receivers' threads, so the log stage stays a thin serial step.
+        let parts = partition(export, &bytes, self.shards);
         let message = LogMessage::Append(Append {
             bytes,
-            parts: partition(request, self.shards),
+            parts,
             transport,
             permit,
             done,
