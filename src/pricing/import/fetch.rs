@@ -47,8 +47,8 @@ pub async fn fetch_feed(
             }
         }
     };
-    // reqwest is built without a crypto provider of its own (its default would add a second
-    // TLS stack, aws-lc); the collector's TLS already uses ring. Another one installed first wins.
+    // One TLS provider at run time, ring, as the receivers use; reqwest would otherwise pick
+    // the aws-lc one its rustls feature builds. A provider installed earlier wins.
     let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder()
         .timeout(timeout)
