@@ -266,26 +266,8 @@ pub fn convert(feed: &str, bytes: &[u8], options: &ImportOptions) -> Result<Impo
     let mut rounded = Vec::new();
     let mut models = BTreeMap::new();
     for (name, model) in converted.models {
-        let mut fields = Vec::new();
-        let mut round = |price: Exact, field: &'static str| {
-            if price.places() > PRICE_PLACES {
-                fields.push(field);
-            }
-            price.round(PRICE_PLACES).ok_or(field)
-        };
-        let listed = (|| {
-            Ok::<_, &'static str>(ListedModel {
-                family: model.family,
-                input: round(model.input, "input")?,
-                output: round(model.output, "output")?,
-                cached_input: model
-                    .cached_input
-                    .map(|c| round(c, "cached_input"))
-                    .transpose()?,
-            })
-        })();
-        match listed {
-            Ok(listed) => {
+        match listed(model) {
+            Ok((listed, fields)) => {
                 if !fields.is_empty() {
                     rounded.push(Rounded {
                         model: name.clone(),
@@ -335,6 +317,31 @@ pub fn convert(feed: &str, bytes: &[u8], options: &ImportOptions) -> Result<Impo
     };
     super::Snapshot::from_bytes(&PathBuf::from(imported.file_name()), &imported.bytes)?;
     Ok(imported)
+}
+
+/// The one rounding of §3: each exact price to 10 places when it has more. Gives the listed
+/// model and the fields that were rounded, or the field too large for a `Decimal`.
+fn listed(model: FeedModel) -> Result<(ListedModel, Vec<&'static str>), &'static str> {
+    let mut rounded = Vec::new();
+    let mut round = |price: Exact, field: &'static str| {
+        if price.places() > PRICE_PLACES {
+            rounded.push(field);
+        }
+        price.round(PRICE_PLACES).ok_or(field)
+    };
+    let input = round(model.input, "input")?;
+    let output = round(model.output, "output")?;
+    let cached_input = match model.cached_input {
+        Some(cached) => Some(round(cached, "cached_input")?),
+        None => None,
+    };
+    let listed = ListedModel {
+        family: model.family,
+        input,
+        output,
+        cached_input,
+    };
+    Ok((listed, rounded))
 }
 
 /// The version becomes part of a file name, and a feed is untrusted input: `../x` must not

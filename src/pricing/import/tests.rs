@@ -463,3 +463,29 @@ fn an_empty_source_is_refused() {
         Err(ImportError::EmptySource)
     ));
 }
+
+#[test]
+fn new_api_output_comes_from_the_exact_input_not_the_rounded_one() {
+    let feed = minimal_new_api(r#"{"default":1}"#, "")
+        .replace("0.3875", "0.00000000003")
+        .replace("3.2", "1000");
+    let snapshot = loaded(&import(Format::NewApi, feed.as_bytes()));
+    // Input 0.00000000006 rounds to 0.0000000001; output is 0.00000000006 × 1000, not 0.0000001.
+    assert_eq!(
+        price(&snapshot, "glm-5"),
+        ("0.0000000001".into(), "0.00000006".into(), None)
+    );
+}
+
+#[test]
+fn a_price_too_large_for_a_snapshot_leaves_the_model_out() {
+    let feed = r#"{"m": {"mode": "chat", "input_cost_per_token": 1e30, "output_cost_per_token": 0},
+                   "n": {"mode": "chat", "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}}"#;
+    let imported = import(Format::Litellm, feed.as_bytes());
+    assert_eq!(imported.models, 1);
+    assert!(matches!(
+        &imported.left_out[..],
+        [LeftOut { model, reason: LeftOutReason::BadPrice { field, .. } }]
+            if model == "m" && field == "input"
+    ));
+}
