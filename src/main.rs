@@ -6,10 +6,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use chrono::NaiveDate;
+use clap::builder::TypedValueParser;
 use clap::{Parser, Subcommand};
 
 use retry_spend_collector::config::{parse_duration_arg, Config, ServeOverrides};
 use retry_spend_collector::pipeline::Engine;
+use retry_spend_collector::pricing::import::{self, Format, ImportOptions, Imported};
 use retry_spend_collector::pricing::PricingBook;
 use retry_spend_collector::replay::replay;
 use retry_spend_collector::rules::RulesConfig;
@@ -119,6 +122,61 @@ enum PricingCommand {
         #[arg(value_name = "DIR", default_value = "config/pricing")]
         dir: PathBuf,
     },
+    /// Convert a saved price feed into a snapshot file.
+    Import {
+        #[command(flatten)]
+        snapshot: SnapshotArgs,
+        /// The saved feed.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Download a price feed and convert it into a snapshot file.
+    Fetch {
+        #[command(flatten)]
+        snapshot: SnapshotArgs,
+        /// Give up when the download has not completed within this, e.g. "30s".
+        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration_arg)]
+        timeout: Duration,
+        /// The feed's http:// or https:// URL.
+        #[arg(value_name = "URL")]
+        url: String,
+    },
+}
+
+/// What `pricing import` and `pricing fetch` share: the snapshot's identity and destination.
+#[derive(clap::Args)]
+struct SnapshotArgs {
+    /// The feed's format.
+    #[arg(long, value_name = "FORMAT", value_parser = clap::builder::PossibleValuesParser::new(Format::NAMES).try_map(|s| s.parse::<Format>()))]
+    format: Format,
+    /// The snapshot's pricing_checked_at, YYYY-MM-DD [default: today, UTC]
+    #[arg(long, value_name = "DATE", value_parser = parse_checked_at)]
+    checked_at: Option<NaiveDate>,
+    /// The snapshot's pricing_source [default: the URL fetched, or the file's path]
+    #[arg(long, value_name = "TEXT")]
+    source: Option<String>,
+    /// The snapshot's pricing_version [default: the feed's own (new-api), else the first 32 hex digits of the feed's SHA-256]
+    #[arg(long, value_name = "V")]
+    version: Option<String>,
+    /// Directory to write the snapshot into: the pricing directory
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "config/pricing",
+        env = "RETRY_SPEND_PRICING_DIR"
+    )]
+    out: PathBuf,
+}
+
+impl SnapshotArgs {
+    fn options(&self, default_source: String) -> ImportOptions {
+        ImportOptions {
+            format: self.format,
+            checked_at: self.checked_at.unwrap_or_else(today_utc),
+            source: self.source.clone().unwrap_or(default_source),
+            version: self.version.clone(),
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -140,9 +198,15 @@ fn main() -> ExitCode {
             max_pricing_age_days,
             files,
         } => run_replay(&pricing, &output, max_pricing_age_days, &files),
-        Command::Pricing {
-            command: PricingCommand::Check { dir },
-        } => pricing_check(&dir),
+        Command::Pricing { command } => match command {
+            PricingCommand::Check { dir } => pricing_check(&dir),
+            PricingCommand::Import { snapshot, file } => pricing_import(&snapshot, &file),
+            PricingCommand::Fetch {
+                snapshot,
+                timeout,
+                url,
+            } => pricing_fetch(&snapshot, timeout, &url),
+        },
     };
     match result {
         Ok(code) => code,
@@ -302,4 +366,69 @@ fn pricing_check(dir: &Path) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn pricing_import(args: &SnapshotArgs, file: &Path) -> anyhow::Result<ExitCode> {
+    let feed =
+        std::fs::read(file).with_context(|| format!("cannot read feed {}", file.display()))?;
+    let name = file.display().to_string();
+    let imported = import::convert(&name, &feed, &args.options(name.clone()))?;
+    write_snapshot(&imported, &args.out)
+}
+
+fn pricing_fetch(args: &SnapshotArgs, timeout: Duration, url: &str) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let feed = runtime.block_on(import::fetch_feed(url, timeout, import::MAX_FEED_BYTES))?;
+    let imported = import::convert(url, &feed, &args.options(url.to_owned()))?;
+    write_snapshot(&imported, &args.out)
+}
+
+fn write_snapshot(imported: &Imported, out: &Path) -> anyhow::Result<ExitCode> {
+    let written = imported.write_into(out)?;
+    let what = if written.unchanged {
+        "unchanged, already in"
+    } else {
+        "wrote"
+    };
+    println!("{what} {}", written.path.display());
+    println!(
+        "  version {}  checked {}  source {}  {} models  sha256 {}",
+        imported.version, imported.checked_at, imported.source, imported.models, written.digest
+    );
+    for r in &imported.rounded {
+        println!(
+            "  rounded to 10 decimal places: {} ({})",
+            r.model,
+            r.fields.join(", ")
+        );
+    }
+    for l in &imported.left_out {
+        println!("  left out: {}: {}", l.model, l.reason);
+    }
+    if imported.skipped > 0 {
+        println!(
+            "  skipped {} entries that are no chat or completion model",
+            imported.skipped
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_checked_at(text: &str) -> Result<NaiveDate, String> {
+    NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .map_err(|e| format!("{text:?} is not a YYYY-MM-DD date: {e}"))
+}
+
+fn today_utc() -> NaiveDate {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(now.as_secs())
+        .ok()
+        .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0))
+        .map(|t| t.date_naive())
+        .unwrap_or_default()
 }

@@ -1,6 +1,7 @@
 //! Pricing snapshots (SPEC §3): dated rate cards the envelopes pin, and the cost formula.
 
 mod book;
+pub mod import;
 mod snapshot;
 
 pub use book::{PricingBook, PricingError, PricingErrors};
