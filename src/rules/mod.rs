@@ -80,7 +80,12 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
     let envelope = envelope::resolve(request.logical.as_ref(), &attempts);
     let env = &envelope.fields;
 
-    let snapshot = env.pricing_version.as_deref().and_then(|v| book.get(v));
+    // Figures come from the snapshot of this version and date, else the newest of the version
+    // (audited or not: `audit` says whether to trust them).
+    let snapshot = env
+        .pricing_version
+        .as_deref()
+        .and_then(|v| book.pinned(v, env.pricing_checked_at));
     let group_ratio = snapshot
         .zip(env.billing_group.as_deref())
         .and_then(|(s, g)| s.group_ratio.get(g).copied());
@@ -399,6 +404,8 @@ fn audit(input: AuditInput<'_>) -> Option<UnauditedReason> {
     let Some(checked_at) = env.pricing_checked_at else {
         return Some(R::PricingCheckedAtMissing);
     };
+    // `snapshot` is the one of this version and date when loaded, else the newest of the
+    // version: another date, or another source, is a mismatch.
     let Some(snapshot) = input.snapshot else {
         return Some(R::UnknownPricingVersion);
     };

@@ -797,3 +797,179 @@ fn a_cumulative_too_large_to_hold_exactly_leaves_the_retries_unaudited() {
     assert_eq!(rows[3].cumulative_incremental_usd, None);
     assert_eq!(rows[3].unaudited_reason, Some(R::EarlierAttemptUnpriced));
 }
+
+/// The shipped snapshot checked on another date, with `glm-5`'s output priced at `output`.
+fn snapshot_checked(checked_at: &str, output: &str) -> Snapshot {
+    let text = SNAPSHOT
+        .replace("2026-08-22", checked_at)
+        .replace(r#""output": "2.480""#, &format!(r#""output": "{output}""#));
+    Snapshot::from_bytes(format!("{checked_at}.json").as_ref(), text.as_bytes()).unwrap()
+}
+
+fn date(text: &str) -> Option<NaiveDate> {
+    NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()
+}
+
+#[test]
+fn pricing_metadata_mismatch_prices_by_the_dated_snapshot_else_the_newest_of_the_version() {
+    // Three snapshots of one version: 08-22 (shipped), 08-10 (output 0) and 08-24 (output 1).
+    let mut book = book();
+    book.insert(snapshot_checked("2026-08-10", "0")).unwrap();
+    book.insert(snapshot_checked("2026-08-24", "1")).unwrap();
+    let digest_of = |checked_at: &str| {
+        book.get_dated(VERSION, date(checked_at).unwrap())
+            .unwrap()
+            .digest
+            .clone()
+    };
+    // (envelope date, envelope source, reason, planned retry USD, digest of)
+    let cases = [
+        ("2026-08-22", SOURCE, None, "0.00766626", "2026-08-22"),
+        ("2026-08-10", SOURCE, None, "0.00568226", "2026-08-10"),
+        (
+            "2026-08-23",
+            SOURCE,
+            Some(R::PricingMetadataMismatch),
+            "0.00648226",
+            "2026-08-24",
+        ),
+        (
+            "2026-08-10",
+            "https://example.com/prices",
+            Some(R::PricingMetadataMismatch),
+            "0.00568226",
+            "2026-08-10",
+        ),
+    ];
+    for (checked_at, source, reason, planned, digest) in cases {
+        let env = env_with(|e| {
+            e.pricing_checked_at = date(checked_at);
+            e.pricing_source = Some(source.into());
+        });
+        let request = request_with(env, vec![attempt(0, "glm-5"), attempt(1, "glm-5")]);
+        let rows = evaluate(&request, &book, &RulesConfig::default());
+        let case = format!("{checked_at} {source}");
+        assert_eq!(rows[1].unaudited_reason, reason, "{case}");
+        assert_eq!(rows[1].planned_attempt_usd, Some(d(planned)), "{case}");
+        assert_eq!(rows[1].pricing_digest, Some(digest_of(digest)), "{case}");
+        // The row records the envelope's metadata as written, not the snapshot's.
+        assert_eq!(rows[1].pricing_checked_at, date(checked_at), "{case}");
+        assert_eq!(rows[1].pricing_source.as_deref(), Some(source), "{case}");
+    }
+}
+
+#[test]
+fn a_snapshot_only_of_other_versions_is_unknown_pricing_version_not_a_mismatch() {
+    let env = env_with(|e| e.pricing_version = Some("a42d372c".into()));
+    let rows = eval_with(env, vec![attempt(0, "glm-5"), attempt(1, "glm-5")]);
+    assert_eq!(rows[1].unaudited_reason, Some(R::UnknownPricingVersion));
+    assert_eq!(rows[1].pricing_digest, None);
+}
+
+#[test]
+fn audit_reasons_come_in_spec_order() {
+    // Each case breaks two things; the reason named is the earlier of the two in SPEC §4.
+    let no_cap = |a: SpanFacts| with(a, |a| a.output_cap = Count::Missing);
+    let no_input = |a: SpanFacts| with(a, |a| a.input_tokens = Count::Missing);
+    let stale = |a: SpanFacts| with(a, |a| a.start_time_unix_nano = T0 + 40 * DAY);
+    let cases: Vec<(&str, EnvelopeFields, SpanFacts, R)> = vec![
+        (
+            "incomplete before version missing",
+            env_with(|e| {
+                e.max_incremental_usd = None;
+                e.pricing_version = None;
+            }),
+            attempt(1, "glm-5"),
+            R::EnvelopeIncomplete,
+        ),
+        (
+            "version missing before source missing",
+            env_with(|e| {
+                e.pricing_version = None;
+                e.pricing_source = None;
+            }),
+            attempt(1, "glm-5"),
+            R::PricingVersionMissing,
+        ),
+        (
+            "source missing before checked_at missing",
+            env_with(|e| {
+                e.pricing_source = None;
+                e.pricing_checked_at = None;
+            }),
+            attempt(1, "glm-5"),
+            R::PricingSourceMissing,
+        ),
+        (
+            "checked_at missing before unknown version",
+            env_with(|e| {
+                e.pricing_checked_at = None;
+                e.pricing_version = Some("nope".into());
+            }),
+            attempt(1, "glm-5"),
+            R::PricingCheckedAtMissing,
+        ),
+        (
+            "unknown version before unknown billing group",
+            env_with(|e| {
+                e.pricing_version = Some("nope".into());
+                e.billing_group = Some("platinum".into());
+            }),
+            attempt(1, "glm-5"),
+            R::UnknownPricingVersion,
+        ),
+        (
+            "mismatch before stale",
+            env_with(|e| e.pricing_source = Some("elsewhere".into())),
+            stale(attempt(1, "glm-5")),
+            R::PricingMetadataMismatch,
+        ),
+        (
+            "stale before unknown billing group",
+            env_with(|e| e.billing_group = Some("platinum".into())),
+            stale(attempt(1, "glm-5")),
+            R::PricingStale,
+        ),
+        (
+            "unknown billing group before model not in pricing",
+            env_with(|e| e.billing_group = None),
+            attempt(1, "gpt-9"),
+            R::UnknownBillingGroup,
+        ),
+        (
+            "model not in pricing before output cap missing",
+            envelope(),
+            no_cap(attempt(1, "gpt-9")),
+            R::ModelNotInPricing,
+        ),
+        (
+            "output cap missing before input tokens missing",
+            envelope(),
+            no_input(no_cap(attempt(1, "glm-5"))),
+            R::OutputCapMissing,
+        ),
+        (
+            "input tokens missing before invalid usage",
+            envelope(),
+            with(no_input(attempt(1, "glm-5")), |a| {
+                a.output_tokens = Count::Value(-1)
+            }),
+            R::InputTokensMissing,
+        ),
+        (
+            "invalid usage before first attempt missing",
+            envelope(),
+            with(attempt(1, "glm-5"), |a| a.output_tokens = Count::Value(-1)),
+            R::InvalidUsage,
+        ),
+    ];
+    for (case, env, retry, reason) in cases {
+        // Only the retry is sent where the case is about first_attempt_missing's place.
+        let attempts = if reason == R::InvalidUsage {
+            vec![retry]
+        } else {
+            vec![attempt(0, "glm-5"), retry]
+        };
+        assert_eq!(reason_of(env, attempts), Some(reason), "{case}");
+    }
+}
