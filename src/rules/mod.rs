@@ -94,7 +94,7 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
         .iter()
         .copied()
         .zip(&indices)
-        .map(|(span, &index)| price_attempt(span, index, snapshot, group_ratio))
+        .map(|(span, &index)| price_attempt(span, index, book, snapshot, group_ratio))
         .collect();
 
     let first = priced.iter().find(|p| p.index == 0);
@@ -296,16 +296,14 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
 fn price_attempt<'a>(
     span: &'a SpanFacts,
     index: i32,
+    book: &'a PricingBook,
     snapshot: Option<&'a Snapshot>,
     group_ratio: Option<Decimal>,
 ) -> Priced<'a> {
     let price = snapshot
         .zip(span.request_model.as_deref())
         .and_then(|(s, m)| s.models.get(m));
-    let family = span
-        .model_family
-        .as_deref()
-        .or_else(|| price.and_then(|p| p.family.as_deref()));
+    let family = model_family(span, price, book);
     let counts_invalid = usage_is_invalid(span);
     let cost = |output: Count| {
         let (price, ratio) = (price?, group_ratio?);
@@ -337,6 +335,23 @@ fn price_attempt<'a>(
         usage_invalid,
         planned: planned.filter(|_| !usage_invalid),
         actual: actual.filter(|_| !usage_invalid),
+    }
+}
+
+/// The attempt's model family (SPEC §2): its own attribute, else the pinned snapshot's family
+/// for the model (`price` is its row there), else the newest loaded snapshot's that lists the
+/// model. A family does not depend on a price, so drift is found even when pricing is unknown.
+fn model_family<'a>(
+    span: &'a SpanFacts,
+    price: Option<&'a ModelPrice>,
+    book: &'a PricingBook,
+) -> Option<&'a str> {
+    if let Some(family) = span.model_family.as_deref() {
+        return Some(family);
+    }
+    match price {
+        Some(listed) => listed.family.as_deref(),
+        None => book.newest_family(span.request_model.as_deref()?),
     }
 }
 

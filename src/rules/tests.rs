@@ -973,3 +973,89 @@ fn audit_reasons_come_in_spec_order() {
         assert_eq!(reason_of(env, attempts), Some(reason), "{case}");
     }
 }
+
+#[test]
+fn model_family_comes_from_the_attribute_else_the_pinned_snapshot_else_the_newest_listing() {
+    // A newer snapshot of another version renames glm-5's family and lists a model of its own.
+    let newer = SNAPSHOT
+        .replace(VERSION, "zz-newer")
+        .replace("2026-08-22", "2026-09-30")
+        .replace(r#""family": "glm""#, r#""family": "zhipu""#)
+        .replace(
+            r#""glm-5": {"#,
+            r#""minimax-m2": {"family": "minimax", "input": "1", "output": "1"}, "glm-5": {"#,
+        );
+    let mut book = book();
+    book.insert(Snapshot::from_bytes("newer.json".as_ref(), newer.as_bytes()).unwrap())
+        .unwrap();
+    let unknown_version = env_with(|e| e.pricing_version = Some("nope".into()));
+    let attribute = |family: &str| {
+        let family = family.to_owned();
+        move |a: &mut SpanFacts| a.model_family = Some(family)
+    };
+    /// (case, envelope, model, attribute, family)
+    type Case<'a> = (
+        &'a str,
+        EnvelopeFields,
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+    );
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "attribute wins",
+            envelope(),
+            "glm-5",
+            Some("custom"),
+            Some("custom"),
+        ),
+        ("pinned snapshot", envelope(), "glm-5", None, Some("glm")),
+        (
+            "pinned lacks the model",
+            envelope(),
+            "minimax-m2",
+            None,
+            Some("minimax"),
+        ),
+        (
+            "unknown version",
+            unknown_version,
+            "glm-5",
+            None,
+            Some("zhipu"),
+        ),
+        (
+            "no envelope",
+            EnvelopeFields::default(),
+            "glm-5",
+            None,
+            Some("zhipu"),
+        ),
+        ("listed nowhere", envelope(), "gpt-9", None, None),
+    ];
+    for (case, env, model, family_attribute, expected) in cases {
+        let mut retry = attempt(1, model);
+        if let Some(family) = family_attribute {
+            attribute(family)(&mut retry);
+        }
+        let request = request_with(env, vec![attempt(0, "glm-5"), retry]);
+        let rows = evaluate(&request, &book, &RulesConfig::default());
+        assert_eq!(rows[1].retry_family.as_deref(), expected, "{case}");
+    }
+}
+
+#[test]
+fn family_change_with_unknown_pricing_version_is_still_routing_drift() {
+    let env = env_with(|e| e.pricing_version = Some("nope".into()));
+    let rows = eval_with(
+        env,
+        vec![attempt(0, "qwen3.5-122b-a10b"), attempt(1, "kimi-k2.6")],
+    );
+    assert_eq!(rows[1].original_family.as_deref(), Some("qwen"));
+    assert_eq!(rows[1].retry_family.as_deref(), Some("kimi"));
+    assert_eq!(rows[1].violations, vec![Violation::RoutingDrift]);
+    assert_eq!(rows[1].decision, Decision::RoutingDrift);
+    assert_eq!(rows[1].spend_class, SpendClass::Drift);
+    assert_eq!(rows[1].unaudited_reason, Some(R::UnknownPricingVersion));
+    assert_eq!(rows[1].planned_attempt_usd, None);
+}
