@@ -15,7 +15,9 @@ use rust_decimal::Decimal;
 use crate::assemble::{GroupKey, Request};
 use crate::contract::{Count, SpanFacts, SpanId};
 use crate::pricing::{add_exact, cost_usd, sub_exact, ModelPrice, PricingBook, Snapshot, Usage};
-use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
+use crate::record::{
+    envelope_source, AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation,
+};
 
 /// Settings of the rules that are policy, not contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +58,15 @@ pub fn order_attempts(attempts: &mut [&SpanFacts]) -> Vec<i32> {
         (0..attempts.len())
             .map(|i| i32::try_from(i).unwrap_or(i32::MAX))
             .collect()
+    }
+}
+
+/// How the request's attempts were recognised: grouped by declared attributes, or one lone
+/// GenAI span.
+pub fn attempt_source(key: &GroupKey) -> AttemptSource {
+    match key {
+        GroupKey::RequestId { .. } | GroupKey::Parent { .. } => AttemptSource::Declared,
+        GroupKey::Single { .. } => AttemptSource::Single,
     }
 }
 
@@ -112,6 +123,9 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
             .unwrap_or_else(|| request.key.request_id()),
         _ => request.key.request_id(),
     };
+
+    let attempt_source = attempt_source(&request.key);
+    let envelope_source = envelope.present().then(|| envelope_source::SPAN.to_owned());
 
     let mut rows = Vec::with_capacity(priced.len());
     let mut running_incremental = Some(Decimal::ZERO);
@@ -276,6 +290,8 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
             sdk_decision_reason: span.sdk_decision_reason.clone(),
             violations,
             output_reached_client: span.output_reached_client,
+            attempt_source,
+            envelope_source: envelope_source.clone(),
         };
         if !already_written.contains(&span.span_id) {
             let decision_reason = reason::sentence(&row);

@@ -1059,3 +1059,46 @@ fn family_change_with_unknown_pricing_version_is_still_routing_drift() {
     assert_eq!(rows[1].unaudited_reason, Some(R::UnknownPricingVersion));
     assert_eq!(rows[1].planned_attempt_usd, None);
 }
+
+#[test]
+fn attempt_source_is_declared_for_grouped_attempts_and_single_for_a_lone_span() {
+    let single = GroupKey::Single {
+        trace_id: [7; 16],
+        span_id: [1; 8],
+    };
+    let parent = GroupKey::Parent {
+        trace_id: [7; 16],
+        parent_span_id: Some([99; 8]),
+    };
+    let by_id = request_with(envelope(), vec![]).key;
+    for (key, expected) in [
+        (by_id, AttemptSource::Declared),
+        (parent, AttemptSource::Declared),
+        (single, AttemptSource::Single),
+    ] {
+        let mut request = request_with(envelope(), vec![attempt(0, "glm-5")]);
+        request.key = key.clone();
+        let rows = evaluate(&request, &book(), &RulesConfig::default());
+        assert_eq!(rows[0].attempt_source, expected, "{key:?}");
+    }
+}
+
+#[test]
+fn envelope_source_is_span_with_an_envelope_and_null_without() {
+    let cases = [
+        (envelope(), Some("span")),
+        (EnvelopeFields::default(), None),
+        (
+            EnvelopeFields {
+                task_type: Some("support_summary".into()),
+                ..Default::default()
+            },
+            None,
+        ),
+        (env_with(|e| e.max_incremental_usd = None), Some("span")),
+    ];
+    for (env, expected) in cases {
+        let rows = eval_with(env.clone(), vec![attempt(0, "glm-5")]);
+        assert_eq!(rows[0].envelope_source.as_deref(), expected, "{env:?}");
+    }
+}
