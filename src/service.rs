@@ -20,6 +20,7 @@ use crate::config::FsyncMode;
 use crate::pipeline::{
     run_log, Engine, InFlight, LogMessage, PipelineMessage, Worker, WorkerSummary,
 };
+use crate::policy::{PolicySet, DEFAULT_POLICIES_DIR};
 use crate::pricing::PricingBook;
 use crate::receivers::auth::Authenticator;
 use crate::receivers::tls::TlsIdentity;
@@ -50,6 +51,8 @@ pub struct Collector {
     pipeline: mpsc::WeakSender<PipelineMessage>,
     in_flight: Arc<InFlight>,
     pricing_dir: std::path::PathBuf,
+    policies_dir: Option<std::path::PathBuf>,
+    rules: RulesConfig,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<WorkerSummary>>,
 }
@@ -93,25 +96,23 @@ impl Collector {
         self.in_flight.used()
     }
 
-    /// Reloads every pricing snapshot (what SIGHUP does). A directory with errors is refused
-    /// and the snapshots in use stay; old snapshots stay loadable as long as their files do.
-    pub async fn reload_pricing(&self) -> anyhow::Result<usize> {
-        let book = PricingBook::load_dir(&self.pricing_dir)
-            .map_err(anyhow::Error::msg)
-            .with_context(|| {
-                format!(
-                    "cannot reload pricing snapshots from {}",
-                    self.pricing_dir.display()
-                )
-            })?;
-        let snapshots = book.len();
+    /// Reloads every pricing snapshot and envelope policy (what SIGHUP does), returning how
+    /// many of each. Either directory with errors refuses both, and the ones in use stay: a
+    /// policy may name a snapshot the same change adds.
+    pub async fn reload(&self) -> anyhow::Result<(usize, usize)> {
+        let engine = Engine {
+            book: load_pricing(&self.pricing_dir, "reload")?,
+            rules: self.rules,
+            policies: load_policies(self.policies_dir.as_deref(), "reload")?,
+        };
+        let counts = (engine.book.len(), engine.policies.len());
         self.pipeline
             .upgrade()
             .ok_or_else(|| anyhow::anyhow!("the pipeline has stopped"))?
-            .send(PipelineMessage::ReloadPricing(Box::new(book)))
+            .send(PipelineMessage::Reload(Box::new(engine)))
             .await
             .map_err(|_| anyhow::anyhow!("the pipeline has stopped"))?;
-        Ok(snapshots)
+        Ok(counts)
     }
 
     /// Waits for the collector to stop (after [`Collector::shutdown`]).
@@ -143,22 +144,19 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
 /// Starts every component; returns once all listeners are bound.
 pub async fn start(config: Config) -> anyhow::Result<Collector> {
     let processor = &config.processors.retry_spend;
-    let book = PricingBook::load_dir(&processor.pricing_dir)
-        .map_err(anyhow::Error::msg)
-        .with_context(|| {
-            format!(
-                "cannot load pricing snapshots from {}",
-                processor.pricing_dir.display()
-            )
-        })?;
+    let book = load_pricing(&processor.pricing_dir, "load")?;
     if book.is_empty() {
         tracing::warn!(dir = %processor.pricing_dir.display(), "no pricing snapshots found: every envelope will be unknown_pricing_version");
     }
+    let rules = RulesConfig {
+        max_pricing_age_days: processor.max_pricing_age_days,
+    };
+    let policies = load_policies(processor.policies_dir.as_deref(), "load")?;
+    tracing::info!(policies = policies.len(), "envelope policies loaded");
     let engine = Engine {
         book,
-        rules: RulesConfig {
-            max_pricing_age_days: processor.max_pricing_age_days,
-        },
+        rules,
+        policies,
     };
     let assembler = Assembler::new(AssemblerOptions {
         group_wait: processor.group_wait,
@@ -373,6 +371,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
 
     let shutdown_timeout = config.service.shutdown_timeout;
     let pricing_dir = config.processors.retry_spend.pricing_dir.clone();
+    let policies_dir = config.processors.retry_spend.policies_dir.clone();
     let task = tokio::spawn(async move {
         let _ = task_shutdown.wait_for(|stop| *stop).await;
         tracing::info!("shutting down: finishing exports in flight");
@@ -424,7 +423,25 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         pipeline,
         in_flight,
         pricing_dir,
+        policies_dir,
+        rules,
         shutdown,
         task,
     })
+}
+
+/// `verb`: "load" at start, "reload" on SIGHUP.
+fn load_pricing(dir: &std::path::Path, verb: &str) -> anyhow::Result<PricingBook> {
+    PricingBook::load_dir(dir)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("cannot {verb} pricing snapshots from {}", dir.display()))
+}
+
+fn load_policies(dir: Option<&std::path::Path>, verb: &str) -> anyhow::Result<PolicySet> {
+    PolicySet::load(dir)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| {
+            let dir = dir.unwrap_or(std::path::Path::new(DEFAULT_POLICIES_DIR));
+            format!("cannot {verb} envelope policies from {}", dir.display())
+        })
 }

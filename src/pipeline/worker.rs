@@ -167,7 +167,7 @@ impl Worker {
                     self.retry_unwritten();
                     let _ = done.send(());
                 }
-                PipelineMessage::ReloadPricing(book) => self.engine.book = *book,
+                PipelineMessage::Reload(engine) => self.engine = *engine,
                 PipelineMessage::Pause(resume) => {
                     let _ = resume.blocking_recv();
                 }
@@ -196,12 +196,11 @@ impl Worker {
         let mut duplicates = 0;
         let mut passthrough = Vec::new();
         for resource_spans in request.resource_spans {
-            let service = service_name(
-                resource_spans
-                    .resource
-                    .as_ref()
-                    .map_or(&[][..], |r| r.attributes.as_slice()),
-            );
+            let resource_attributes = resource_spans
+                .resource
+                .as_ref()
+                .map_or(&[][..], |r| r.attributes.as_slice());
+            let service = service_name(resource_attributes);
             let mut forwarded_scopes = Vec::new();
             for scope_spans in resource_spans.scope_spans {
                 let origin = forwarding.then(|| {
@@ -214,7 +213,12 @@ impl Worker {
                 });
                 let mut forwarded_spans = Vec::new();
                 for span in scope_spans.spans {
-                    let facts = SpanFacts::from_span(&span, &service);
+                    let facts = SpanFacts::from_span_with(
+                        &span,
+                        &service,
+                        resource_attributes,
+                        self.engine.policies.attribute_keys(),
+                    );
                     let id = (facts.trace_id, facts.span_id);
                     let is_logical = facts.kind == SpanKind::LogicalRequest;
                     let offer = if written.contains(&id) {

@@ -4,7 +4,7 @@ mod book;
 mod snapshot;
 
 pub use book::{PricingBook, PricingError, PricingErrors};
-pub(crate) use snapshot::parse_date;
+pub(crate) use snapshot::{parse_date, parse_decimal_literal};
 pub use snapshot::{ModelPrice, Snapshot};
 
 use rust_decimal::Decimal;

@@ -14,10 +14,9 @@ use rust_decimal::Decimal;
 
 use crate::assemble::{GroupKey, Request};
 use crate::contract::{Count, SpanFacts, SpanId};
+use crate::policy::{PolicySet, Subject};
 use crate::pricing::{add_exact, cost_usd, sub_exact, ModelPrice, PricingBook, Snapshot, Usage};
-use crate::record::{
-    envelope_source, AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation,
-};
+use crate::record::{AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation};
 
 /// Settings of the rules that are policy, not contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +69,39 @@ pub fn attempt_source(key: &GroupKey) -> AttemptSource {
     }
 }
 
+/// Gives a request without an envelope of its own the first matching policy's. It is matched on
+/// attempt 0 (the first in order; the lowest index when 0 never arrived): its service and
+/// model, the request's task type, and every span's captured attributes.
+fn apply_policy(
+    envelope: &mut Envelope,
+    request: &Request,
+    attempts: &[&SpanFacts],
+    policies: &PolicySet,
+    book: &PricingBook,
+) {
+    let Some(first) = attempts.first() else {
+        return;
+    };
+    let spans: Vec<&SpanFacts> = request
+        .logical
+        .iter()
+        .chain(attempts.iter().copied())
+        .collect();
+    let subject = Subject {
+        service: &first.service_name,
+        task_type: envelope.fields.task_type.as_deref(),
+        model: first.request_model.as_deref(),
+        spans: &spans,
+    };
+    if let Some(policy) = policies.select(&subject) {
+        envelope.adopt(policy, book, Some(utc_date(first.start_time_unix_nano)));
+    }
+}
+
+fn utc_date(t: u64) -> chrono::NaiveDate {
+    chrono::DateTime::from_timestamp_nanos(nanos(t)).date_naive()
+}
+
 /// Per-attempt facts the rules derive before judging.
 struct Priced<'a> {
     span: &'a SpanFacts,
@@ -81,14 +113,28 @@ struct Priced<'a> {
     actual: Option<Decimal>,
 }
 
-/// Evaluates one request: a row per attempt of `request.attempts`, in attempt order. Attempts
-/// in `request.evaluated` count as earlier attempts but get no row again.
+/// [`evaluate_with`] without envelope policies.
 pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> Vec<AttemptRow> {
+    evaluate_with(request, book, &PolicySet::default(), config)
+}
+
+/// Evaluates one request: a row per attempt of `request.attempts`, in attempt order. Attempts
+/// in `request.evaluated` count as earlier attempts but get no row again. A request whose spans
+/// carry no envelope takes the first matching policy's.
+pub fn evaluate_with(
+    request: &Request,
+    book: &PricingBook,
+    policies: &PolicySet,
+    config: &RulesConfig,
+) -> Vec<AttemptRow> {
     // References, not copies: evaluation is on every request's hot path.
     let mut attempts: Vec<&SpanFacts> = request.evaluated.iter().chain(&request.attempts).collect();
     let already_written: HashSet<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
     let indices = order_attempts(&mut attempts);
-    let envelope = envelope::resolve(request.logical.as_ref(), &attempts);
+    let mut envelope = envelope::resolve(request.logical.as_ref(), &attempts);
+    if !envelope.present() && !policies.is_empty() {
+        apply_policy(&mut envelope, request, &attempts, policies, book);
+    }
     let env = &envelope.fields;
 
     // Figures come from the snapshot of this version and date, else the newest of the version
@@ -96,6 +142,7 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
     let snapshot = env
         .pricing_version
         .as_deref()
+        .filter(|_| !envelope.latest_unresolved)
         .and_then(|v| book.pinned(v, env.pricing_checked_at));
     let group_ratio = snapshot
         .zip(env.billing_group.as_deref())
@@ -125,7 +172,7 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
     };
 
     let attempt_source = attempt_source(&request.key);
-    let envelope_source = envelope.present().then(|| envelope_source::SPAN.to_owned());
+    let envelope_source = envelope.source();
 
     let mut rows = Vec::with_capacity(priced.len());
     let mut running_incremental = Some(Decimal::ZERO);
@@ -429,6 +476,10 @@ fn audit(input: AuditInput<'_>) -> Option<UnauditedReason> {
     let Some(_version) = &env.pricing_version else {
         return Some(R::PricingVersionMissing);
     };
+    // A `latest` policy with no snapshot old enough names no source or date to miss.
+    if input.envelope.latest_unresolved {
+        return Some(R::UnknownPricingVersion);
+    }
     let Some(source) = &env.pricing_source else {
         return Some(R::PricingSourceMissing);
     };
@@ -443,8 +494,7 @@ fn audit(input: AuditInput<'_>) -> Option<UnauditedReason> {
     if *source != snapshot.source || checked_at != snapshot.checked_at {
         return Some(R::PricingMetadataMismatch);
     }
-    let span_date =
-        chrono::DateTime::from_timestamp_nanos(nanos(span.start_time_unix_nano)).date_naive();
+    let span_date = utc_date(span.start_time_unix_nano);
     if (span_date - checked_at).num_days() > input.config.max_pricing_age_days {
         return Some(R::PricingStale);
     }

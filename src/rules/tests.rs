@@ -7,6 +7,7 @@ use rust_decimal::Decimal;
 use super::*;
 use crate::assemble::GroupKey;
 use crate::contract::{parse_envelope_json, Count, EnvelopeFields, SpanKind};
+use crate::policy::PolicySet;
 use crate::pricing::Snapshot;
 use crate::record::UnauditedReason as R;
 
@@ -74,6 +75,7 @@ fn attempt(index: i32, model: &str) -> SpanFacts {
         sdk_estimated_incremental_usd: None,
         sdk_remaining_envelope_usd: None,
         sdk_decision_reason: None,
+        captured: Default::default(),
     }
 }
 
@@ -1101,4 +1103,277 @@ fn envelope_source_is_span_with_an_envelope_and_null_without() {
         let rows = eval_with(env.clone(), vec![attempt(0, "glm-5")]);
         assert_eq!(rows[0].envelope_source.as_deref(), expected, "{env:?}");
     }
+}
+
+fn policies(text: &str) -> PolicySet {
+    PolicySet::parse([(std::path::PathBuf::from("p.toml"), text.to_owned())]).unwrap()
+}
+
+/// The seed's envelope as a policy for service `checkout`, with room for two retries.
+const CHECKOUT_POLICY: &str = r#"
+[[policy]]
+name = "checkout-summaries"
+match.service = "check*"
+match.model = "glm-*"
+[policy.envelope]
+pricing_version = "a42d372ccf0b5dd13ecf71203521f9d2"
+pricing_checked_at = "2026-08-22"
+pricing_source = "https://aiwave.live/api/pricing"
+billing_group = "vip"
+max_incremental_usd = "0.015"
+max_attempts_after_first = 2
+task_type = "from_policy"
+"#;
+
+fn eval_policies(
+    policy_text: &str,
+    env: EnvelopeFields,
+    attempts: Vec<SpanFacts>,
+) -> Vec<AttemptRow> {
+    evaluate_with(
+        &request_with(env, attempts),
+        &book(),
+        &policies(policy_text),
+        &RulesConfig::default(),
+    )
+}
+
+#[test]
+fn a_request_without_an_envelope_takes_the_first_matching_policy() {
+    let rows = eval_policies(
+        CHECKOUT_POLICY,
+        EnvelopeFields::default(),
+        vec![attempt(0, "glm-5"), attempt(1, "glm-5")],
+    );
+    let retry = &rows[1];
+    assert_eq!(
+        retry.envelope_source.as_deref(),
+        Some("policy:checkout-summaries")
+    );
+    assert!(retry.audited, "{:?}", retry.unaudited_reason);
+    assert_eq!(retry.decision, Decision::WithinEnvelope);
+    assert_eq!(retry.cumulative_incremental_usd, Some(d("0.00766626")));
+    assert_eq!(retry.max_incremental_usd, Some(d("0.015")));
+    assert_eq!(retry.billing_group.as_deref(), Some("vip"));
+    assert_eq!(retry.task_type.as_deref(), Some("from_policy"));
+    assert_eq!(retry.pricing_digest.as_ref().map(String::len), Some(64));
+    assert_eq!(rows[0].envelope_source, retry.envelope_source);
+}
+
+#[test]
+fn a_request_with_an_envelope_of_its_own_never_takes_a_policy() {
+    let env = env_with(|e| e.max_incremental_usd = None);
+    let rows = eval_policies(CHECKOUT_POLICY, env, vec![attempt(0, "glm-5")]);
+    assert_eq!(rows[0].envelope_source.as_deref(), Some("span"));
+    assert_eq!(rows[0].unaudited_reason, Some(R::EnvelopeIncomplete));
+}
+
+#[test]
+fn policy_task_type_only_fills_in_for_spans_that_name_none() {
+    let task_only = EnvelopeFields {
+        task_type: Some("support_summary".into()),
+        ..Default::default()
+    };
+    let cases = [
+        (task_only, Some("support_summary")),
+        (EnvelopeFields::default(), Some("from_policy")),
+    ];
+    for (env, expected) in cases {
+        let rows = eval_policies(CHECKOUT_POLICY, env, vec![attempt(0, "glm-5")]);
+        // A task type alone is no envelope: the policy still applies.
+        assert_eq!(
+            rows[0].envelope_source.as_deref(),
+            Some("policy:checkout-summaries")
+        );
+        assert_eq!(rows[0].task_type.as_deref(), expected);
+    }
+}
+
+#[test]
+fn policies_match_on_attempt_zero_service_and_model() {
+    // (case, attempts, policy applies)
+    let cases = [
+        (
+            "attempt 0 is glm",
+            vec![attempt(0, "glm-5"), attempt(1, "kimi-k2.6")],
+            true,
+        ),
+        (
+            "attempt 0 is kimi",
+            vec![attempt(0, "kimi-k2.6"), attempt(1, "glm-5")],
+            false,
+        ),
+        (
+            "other service",
+            vec![with(attempt(0, "glm-5"), |a| {
+                a.service_name = Arc::from("billing")
+            })],
+            false,
+        ),
+    ];
+    for (case, attempts, applies) in cases {
+        let rows = eval_policies(CHECKOUT_POLICY, EnvelopeFields::default(), attempts);
+        let expected = applies.then_some("policy:checkout-summaries");
+        assert_eq!(rows[0].envelope_source.as_deref(), expected, "{case}");
+        if !applies {
+            assert_eq!(rows[0].unaudited_reason, Some(R::NoEnvelope), "{case}");
+        }
+    }
+}
+
+#[test]
+fn policy_attributes_match_any_span_of_the_request() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use opentelemetry_proto::tonic::trace::v1::Span;
+    let text = r#"
+[[policy]]
+name = "prod-only"
+match.attributes = { "deployment.environment.name" = "prod" }
+[policy.envelope]
+max_incremental_usd = "1"
+"#;
+    let set = policies(text);
+    let read = |value: &str| {
+        let otlp = Span {
+            attributes: vec![crate::contract::kv(
+                "deployment.environment.name",
+                Value::StringValue(value.into()),
+            )],
+            ..Default::default()
+        };
+        SpanFacts::from_span_with(&otlp, &Arc::from("checkout"), &[], set.attribute_keys()).captured
+    };
+    for (env_name, on_logical, applies) in [
+        ("prod", false, true),
+        ("prod", true, true),
+        ("staging", false, false),
+    ] {
+        let mut request = request_with(
+            EnvelopeFields::default(),
+            vec![attempt(0, "glm-5"), attempt(1, "glm-5")],
+        );
+        match (on_logical, request.logical.as_mut()) {
+            (true, Some(logical)) => logical.captured = read(env_name),
+            _ => request.attempts[1].captured = read(env_name),
+        }
+        let rows = evaluate_with(&request, &book(), &set, &RulesConfig::default());
+        let expected = applies.then_some("policy:prod-only");
+        assert_eq!(
+            rows[0].envelope_source.as_deref(),
+            expected,
+            "{env_name} on logical: {on_logical}"
+        );
+    }
+}
+
+const LATEST_POLICY: &str = r#"
+[[policy]]
+name = "newest"
+[policy.envelope]
+pricing_version = "latest"
+billing_group = "vip"
+max_incremental_usd = "0.015"
+max_attempts_after_first = 2
+"#;
+
+#[test]
+fn latest_pins_the_newest_snapshot_checked_on_or_before_attempt_zero() {
+    // Snapshots: the shipped one of 2026-08-22, one of 08-24 (output 1) and one of 08-30.
+    let mut book = book();
+    book.insert(snapshot_checked("2026-08-24", "1")).unwrap();
+    book.insert(snapshot_checked("2026-08-30", "0")).unwrap();
+    let set = policies(LATEST_POLICY);
+    let starting = |day: u64| {
+        // T0 is 2026-08-25; attempt 0 starts `day` days later, its retry a second after.
+        vec![
+            with(attempt(0, "glm-5"), |a| {
+                a.start_time_unix_nano = T0 + day * DAY
+            }),
+            with(attempt(1, "glm-5"), |a| {
+                a.start_time_unix_nano = T0 + day * DAY + SECOND
+            }),
+        ]
+    };
+    // (attempt 0's day after T0, resolved date, planned retry USD)
+    let cases = [
+        (0, "2026-08-24", "0.00648226"),
+        (4, "2026-08-24", "0.00648226"),
+        (5, "2026-08-30", "0.00568226"),
+    ];
+    for (day, resolved, planned) in cases {
+        let request = request_with(EnvelopeFields::default(), starting(day));
+        let rows = evaluate_with(&request, &book, &set, &RulesConfig::default());
+        let retry = &rows[1];
+        let snapshot = book.get_dated(VERSION, date(resolved).unwrap()).unwrap();
+        assert_eq!(retry.pricing_version.as_deref(), Some(VERSION), "{day}");
+        assert_eq!(retry.pricing_checked_at, date(resolved), "{day}");
+        assert_eq!(retry.pricing_source.as_deref(), Some(SOURCE), "{day}");
+        assert_eq!(
+            retry.pricing_digest.as_ref(),
+            Some(&snapshot.digest),
+            "{day}"
+        );
+        assert_eq!(retry.planned_attempt_usd, Some(d(planned)), "{day}");
+        assert!(retry.audited, "{day}: {:?}", retry.unaudited_reason);
+        assert_eq!(retry.envelope_source.as_deref(), Some("policy:newest"));
+    }
+}
+
+#[test]
+fn latest_takes_the_greatest_version_among_snapshots_of_one_date() {
+    let mut book = book();
+    let other = SNAPSHOT
+        .replace(VERSION, "b-version")
+        .replace(r#""output": "2.480""#, r#""output": "0""#);
+    book.insert(Snapshot::from_bytes("b.json".as_ref(), other.as_bytes()).unwrap())
+        .unwrap();
+    let request = request_with(
+        EnvelopeFields::default(),
+        vec![attempt(0, "glm-5"), attempt(1, "glm-5")],
+    );
+    let rows = evaluate_with(
+        &request,
+        &book,
+        &policies(LATEST_POLICY),
+        &RulesConfig::default(),
+    );
+    assert_eq!(rows[1].pricing_version.as_deref(), Some("b-version"));
+    assert_eq!(rows[1].planned_attempt_usd, Some(d("0.00568226")));
+}
+
+#[test]
+fn latest_with_no_snapshot_old_enough_is_unknown_pricing_version() {
+    let before_any = |a: SpanFacts| with(a, |a| a.start_time_unix_nano = T0 - 10 * DAY);
+    let rows = eval_policies(
+        LATEST_POLICY,
+        EnvelopeFields::default(),
+        vec![
+            before_any(attempt(0, "glm-5")),
+            before_any(attempt(1, "glm-5")),
+        ],
+    );
+    for row in &rows {
+        assert_eq!(row.pricing_version.as_deref(), Some("latest"));
+        assert_eq!(row.unaudited_reason, Some(R::UnknownPricingVersion));
+        assert_eq!(row.pricing_source, None);
+        assert_eq!(row.pricing_checked_at, None);
+        assert_eq!(row.pricing_digest, None);
+        assert_eq!(row.planned_attempt_usd, None);
+        assert_eq!(row.group_ratio, None);
+    }
+    assert_eq!(rows[1].decision, Decision::Unaudited);
+    assert_eq!(rows[1].cumulative_incremental_usd, None);
+}
+
+#[test]
+fn latest_resolution_still_ages_into_pricing_stale() {
+    let late = |a: SpanFacts| with(a, |a| a.start_time_unix_nano = T0 + 40 * DAY);
+    let rows = eval_policies(
+        LATEST_POLICY,
+        EnvelopeFields::default(),
+        vec![late(attempt(0, "glm-5")), late(attempt(1, "glm-5"))],
+    );
+    assert_eq!(rows[1].pricing_checked_at, date("2026-08-22"));
+    assert_eq!(rows[1].unaudited_reason, Some(R::PricingStale));
+    assert_eq!(rows[1].planned_attempt_usd, Some(d("0.00766626")));
 }
