@@ -1377,3 +1377,278 @@ fn latest_resolution_still_ages_into_pricing_stale() {
     assert_eq!(rows[1].unaudited_reason, Some(R::PricingStale));
     assert_eq!(rows[1].planned_attempt_usd, Some(d("0.00766626")));
 }
+
+#[test]
+fn decision_takes_the_first_that_applies_in_spec_order() {
+    use Violation as V;
+    // (k, violations, audited, decision)
+    let cases = [
+        (
+            0,
+            vec![V::ReplayUnsafe, V::RoutingDrift],
+            false,
+            Decision::FirstAttempt,
+        ),
+        (
+            1,
+            vec![V::ReplayUnsafe, V::OverAttempts],
+            true,
+            Decision::ReplayUnsafe,
+        ),
+        (
+            1,
+            vec![V::OverAttempts, V::RoutingDrift],
+            false,
+            Decision::OverAttempts,
+        ),
+        (
+            1,
+            vec![V::RoutingDrift, V::OverEnvelope],
+            true,
+            Decision::RoutingDrift,
+        ),
+        (1, vec![V::RoutingDrift], false, Decision::RoutingDrift),
+        (2, vec![V::SdkEstimateMismatch], false, Decision::Unaudited),
+        (2, vec![V::OverEnvelope], true, Decision::OverEnvelope),
+        (
+            2,
+            vec![V::SdkEstimateMismatch],
+            true,
+            Decision::WithinEnvelope,
+        ),
+        (3, vec![], true, Decision::WithinEnvelope),
+    ];
+    for (k, violations, audited, expected) in cases {
+        assert_eq!(
+            decision(k, &violations, audited),
+            expected,
+            "{k} {violations:?} {audited}"
+        );
+    }
+}
+
+#[test]
+fn spend_class_is_base_drift_unknown_retry_or_fallback() {
+    let drift = [Violation::RoutingDrift];
+    /// (k, violations, attempt 0's model (outer None: never arrived), model, class)
+    type Case<'a> = (
+        i32,
+        &'a [Violation],
+        Option<Option<&'a str>>,
+        Option<&'a str>,
+        SpendClass,
+    );
+    let cases: [Case<'_>; 7] = [
+        (0, &drift, Some(Some("a")), Some("b"), SpendClass::Base),
+        (1, &drift, Some(Some("a")), Some("a"), SpendClass::Drift),
+        (1, &[], None, Some("a"), SpendClass::Unknown),
+        (1, &[], Some(Some("a")), Some("a"), SpendClass::Retry),
+        (1, &[], Some(Some("a")), Some("b"), SpendClass::Fallback),
+        (1, &[], Some(None), None, SpendClass::Retry),
+        (
+            1,
+            &[Violation::OverEnvelope],
+            Some(None),
+            Some("a"),
+            SpendClass::Fallback,
+        ),
+    ];
+    for (k, violations, original, model, expected) in cases {
+        assert_eq!(
+            spend_class(k, violations, original, model),
+            expected,
+            "{k} {violations:?} {original:?} {model:?}"
+        );
+    }
+}
+
+#[test]
+fn family_drift_needs_two_known_families_that_the_envelope_does_not_allow() {
+    let allowing = |allow: Option<bool>, families: Option<&[&str]>| EnvelopeFields {
+        allow_family_fallback: allow,
+        allowed_fallback_families: families.map(|f| f.iter().map(|s| s.to_string()).collect()),
+        ..envelope()
+    };
+    // (envelope, original family, family, drift)
+    let cases = [
+        (envelope(), Some("glm"), Some("qwen"), false),
+        (envelope(), Some("glm"), Some("kimi"), true),
+        (envelope(), Some("glm"), Some("glm"), false),
+        (envelope(), None, Some("kimi"), false),
+        (envelope(), Some("glm"), None, false),
+        (
+            allowing(None, Some(&["kimi"])),
+            Some("glm"),
+            Some("kimi"),
+            true,
+        ),
+        (
+            allowing(Some(false), Some(&["kimi"])),
+            Some("glm"),
+            Some("kimi"),
+            true,
+        ),
+        (allowing(Some(true), None), Some("glm"), Some("kimi"), true),
+        (
+            allowing(Some(true), Some(&["kimi"])),
+            Some("glm"),
+            Some("kimi"),
+            false,
+        ),
+    ];
+    for (env, original, family, expected) in cases {
+        assert_eq!(
+            family_drift(&env, original, family),
+            expected,
+            "{original:?} → {family:?} allow {:?} {:?}",
+            env.allow_family_fallback,
+            env.allowed_fallback_families
+        );
+    }
+}
+
+#[test]
+fn served_model_drift_is_literal_and_allows_dated_variants() {
+    // (requested, served, drift)
+    let cases = [
+        (Some("gpt-4o"), Some("gpt-4o"), false),
+        (Some("gpt-4o"), Some("gpt-4o-2024-08-06"), false),
+        (Some("gpt-4o"), Some("gpt-4o-mini"), false),
+        (Some("gpt-4o"), Some("openai/gpt-4o"), true),
+        (Some("gpt-4o"), Some("GPT-4o"), true),
+        (Some("gpt-4o"), Some("gpt-4o2"), true),
+        (Some("gpt-4o"), None, false),
+        (None, Some("gpt-4o"), false),
+    ];
+    for (requested, served, expected) in cases {
+        let span = with(attempt(0, "x"), |a| {
+            a.request_model = requested.map(str::to_owned);
+            a.response_model = served.map(str::to_owned);
+        });
+        assert_eq!(
+            served_model_drift(&span),
+            expected,
+            "{requested:?} served as {served:?}"
+        );
+    }
+}
+
+#[test]
+fn violations_are_listed_in_spec_order_and_only_served_drift_without_an_envelope() {
+    use Violation as V;
+    let base = ViolationInput {
+        envelope: &EnvelopeFields::default(),
+        k: 1,
+        earlier_output_reached_client: false,
+        original_family: Some("glm"),
+        family: Some("glm"),
+        served_drift: false,
+        audited: true,
+        cumulative: Some(d("0.01")),
+        estimated: Some(d("0.01")),
+        sdk_estimated: None,
+    };
+    let env = env_with(|e| {
+        e.max_attempts_after_first = Some(1);
+        e.max_incremental_usd = Some(d("0.015"));
+    });
+    let no_env = EnvelopeFields::default();
+    let everything = ViolationInput {
+        envelope: &env,
+        k: 2,
+        earlier_output_reached_client: true,
+        family: Some("kimi"),
+        cumulative: Some(d("0.02")),
+        sdk_estimated: Some(d("0.5")),
+        ..base
+    };
+    // (case, input, violations)
+    let cases = [
+        (
+            "nothing",
+            ViolationInput {
+                envelope: &env,
+                ..base
+            },
+            vec![],
+        ),
+        (
+            "every one, in order",
+            everything,
+            vec![
+                V::ReplayUnsafe,
+                V::OverAttempts,
+                V::RoutingDrift,
+                V::OverEnvelope,
+                V::SdkEstimateMismatch,
+            ],
+        ),
+        (
+            "no envelope: only served drift",
+            ViolationInput {
+                envelope: &no_env,
+                served_drift: true,
+                ..everything
+            },
+            vec![V::RoutingDrift],
+        ),
+        (
+            "no envelope, no served drift",
+            ViolationInput {
+                envelope: &no_env,
+                ..everything
+            },
+            vec![],
+        ),
+        (
+            "replay safe",
+            ViolationInput {
+                envelope: &env_with(|e| e.replay_safe = Some(true)),
+                earlier_output_reached_client: true,
+                ..base
+            },
+            vec![],
+        ),
+        (
+            "over the budget but unaudited",
+            ViolationInput {
+                envelope: &env,
+                audited: false,
+                cumulative: Some(d("0.02")),
+                ..base
+            },
+            vec![],
+        ),
+        (
+            "at the budget",
+            ViolationInput {
+                envelope: &env,
+                cumulative: Some(d("0.015")),
+                ..base
+            },
+            vec![],
+        ),
+        (
+            "sdk estimate within a micro-dollar",
+            ViolationInput {
+                envelope: &env,
+                sdk_estimated: Some(d("0.010001")),
+                ..base
+            },
+            vec![],
+        ),
+        (
+            "sdk estimate on the first attempt",
+            ViolationInput {
+                envelope: &env,
+                k: 0,
+                sdk_estimated: Some(d("0.5")),
+                ..base
+            },
+            vec![],
+        ),
+    ];
+    for (case, input, expected) in cases {
+        assert_eq!(violations(&input), expected, "{case}");
+    }
+}
