@@ -125,6 +125,9 @@ pub struct RetrySpendConfig {
     pub max_pricing_age_days: i64,
     /// Directory of pricing snapshot files, all loaded at start.
     pub pricing_dir: PathBuf,
+    /// Directory of envelope policy files; `None` means `config/policies`, which may then be
+    /// missing (no policies). A directory named here must exist.
+    pub policies_dir: Option<PathBuf>,
     /// Pipeline shards, each a thread owning the requests of its traces; 0: one per core the
     /// process may use.
     pub workers: usize,
@@ -150,6 +153,7 @@ impl Default for RetrySpendConfig {
             max_pricing_age_days: 30,
             pricing_dir: PathBuf::from("config/pricing"),
             workers: 0,
+            policies_dir: None,
         }
     }
 }
@@ -319,6 +323,8 @@ pub struct ServeOverrides {
     pub http_addr: Option<SocketAddr>,
     pub metrics_addr: Option<SocketAddr>,
     pub pricing_dir: Option<PathBuf>,
+    /// `--policies` / `RETRY_SPEND_POLICIES_DIR`.
+    pub policies_dir: Option<PathBuf>,
     pub output_dir: Option<PathBuf>,
     pub group_wait: Option<Duration>,
     /// `--sink`: `Some(false)` discards after decoding (benchmark baseline).
@@ -427,6 +433,9 @@ impl Config {
         }
         if let Some(dir) = o.pricing_dir {
             self.processors.retry_spend.pricing_dir = dir;
+        }
+        if let Some(dir) = o.policies_dir {
+            self.processors.retry_spend.policies_dir = Some(dir);
         }
         if let Some(dir) = o.output_dir {
             self.exporters.parquet.output_dir = dir;
@@ -549,6 +558,13 @@ impl Config {
             "processors.retry_spend.pricing_dir",
             "must not be empty",
         );
+        check(
+            rs.policies_dir
+                .as_ref()
+                .is_none_or(|dir| !dir.as_os_str().is_empty()),
+            "processors.retry_spend.policies_dir",
+            "must not be empty; leave it out for the default config/policies",
+        );
 
         let pq = &self.exporters.parquet;
         check(
@@ -649,15 +665,35 @@ where
 /// toml crate knows the key but only shows it as a source excerpt, which does not survive being
 /// printed on one line in a log.
 fn parse_error(text: &str, origin: &str, e: &toml::de::Error) -> ConfigError {
-    let span = e.span();
+    let at = TomlErrorAt::new(text, e);
     ConfigError::Parse {
         origin: origin.to_owned(),
-        key: span
-            .as_ref()
-            .map(|s| key_path_at(text, s.start))
-            .unwrap_or_default(),
-        message: e.message().trim_end().to_owned(),
-        location: span.map(|s| line_column(text, s.start)),
+        key: at.key,
+        message: at.message,
+        location: at.location,
+    }
+}
+
+/// Where in a TOML text a toml error points: the dotted key (array elements as `name[i]`, from
+/// 0), its message on one line, and the 1-based (line, column).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TomlErrorAt {
+    pub key: String,
+    pub message: String,
+    pub location: Option<(usize, usize)>,
+}
+
+impl TomlErrorAt {
+    pub(crate) fn new(text: &str, e: &toml::de::Error) -> TomlErrorAt {
+        let span = e.span();
+        TomlErrorAt {
+            key: span
+                .as_ref()
+                .map(|s| key_path_at(text, s.start))
+                .unwrap_or_default(),
+            message: e.message().trim_end().to_owned(),
+            location: span.map(|s| line_column(text, s.start)),
+        }
     }
 }
 
@@ -681,17 +717,35 @@ fn find_key(table: &toml::de::DeTable<'_>, offset: usize, path: &mut Vec<String>
         if covers(key.span()) {
             return true;
         }
-        if let toml::de::DeValue::Table(inner) = value.get_ref() {
-            if find_key(inner, offset, path) {
-                return true;
-            }
-        }
-        if covers(value.span()) {
+        if find_in_value(value.get_ref(), offset, path) || covers(value.span()) {
             return true;
         }
         path.pop();
     }
     false
+}
+
+/// Descends into a table, or into an array's elements (`[[policy]]`), naming element `i` of the
+/// last key `key[i]`.
+fn find_in_value(value: &toml::de::DeValue<'_>, offset: usize, path: &mut Vec<String>) -> bool {
+    match value {
+        toml::de::DeValue::Table(inner) => find_key(inner, offset, path),
+        toml::de::DeValue::Array(items) => {
+            let Some(name) = path.pop() else {
+                return false;
+            };
+            for (i, item) in items.iter().enumerate() {
+                path.push(format!("{name}[{i}]"));
+                if find_in_value(item.get_ref(), offset, path) || item.span().contains(&offset) {
+                    return true;
+                }
+                path.pop();
+            }
+            path.push(name);
+            false
+        }
+        _ => false,
+    }
 }
 
 /// 1-based line and column (in characters) of a byte offset.
@@ -1135,6 +1189,21 @@ mod tests {
     }
 
     #[test]
+    fn policies_dir_defaults_to_none_and_is_read_from_the_file() {
+        assert_eq!(Config::default().processors.retry_spend.policies_dir, None);
+        let c = parse("[processors.retry_spend]\npolicies_dir = \"/etc/policies\"\n").unwrap();
+        assert_eq!(
+            c.processors.retry_spend.policies_dir.as_deref(),
+            Some(Path::new("/etc/policies"))
+        );
+        let msg = invalid(|c| c.processors.retry_spend.policies_dir = Some(PathBuf::new()));
+        assert!(
+            msg.contains("processors.retry_spend.policies_dir: must not be empty"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn shutdown_timeout_must_be_above_zero() {
         let msg = invalid(|c| c.service.shutdown_timeout = Duration::ZERO);
         assert!(msg.contains("service.shutdown_timeout: must be above zero"));
@@ -1149,6 +1218,7 @@ mod tests {
             http_addr: Some(addr(2)),
             metrics_addr: Some(addr(3)),
             pricing_dir: Some(PathBuf::from("/etc/pricing")),
+            policies_dir: Some(PathBuf::from("/etc/policies")),
             output_dir: Some(PathBuf::from("/var/lib/retry-spend")),
             group_wait: Some(Duration::from_secs(20)),
             forward_endpoint: Some("https://b:4317".to_owned()),
@@ -1165,6 +1235,10 @@ mod tests {
         assert_eq!(
             c.processors.retry_spend.pricing_dir,
             Path::new("/etc/pricing")
+        );
+        assert_eq!(
+            c.processors.retry_spend.policies_dir.as_deref(),
+            Some(Path::new("/etc/policies"))
         );
         assert_eq!(
             c.exporters.parquet.output_dir,

@@ -6,6 +6,7 @@
 pub mod otlp_json;
 pub mod wire;
 
+use std::collections::BTreeSet;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -168,9 +169,135 @@ pub struct SpanFacts {
     pub sdk_estimated_incremental_usd: Option<Decimal>,
     pub sdk_remaining_envelope_usd: Option<Decimal>,
     pub sdk_decision_reason: Option<String>,
+    /// Span and resource attributes an envelope policy matches on; empty unless read with
+    /// [`SpanFacts::from_span_with`] and keys.
+    pub captured: CapturedAttributes,
+}
+
+/// The attribute keys envelope policies name in `match.attributes`: the span reader keeps the
+/// values of these keys, and of no others.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttributeKeys(BTreeSet<String>);
+
+impl AttributeKeys {
+    /// No keys: nothing is captured.
+    pub const NONE: AttributeKeys = AttributeKeys(BTreeSet::new());
+
+    pub fn new(keys: impl IntoIterator<Item = String>) -> AttributeKeys {
+        AttributeKeys(keys.into_iter().collect())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.0.contains(key)
+    }
+}
+
+/// The attribute keys the loaded policies name, shared by the receivers (which read spans) and
+/// the collector (which replaces them when policies are reloaded).
+#[derive(Debug, Default)]
+pub struct SharedAttributeKeys(std::sync::RwLock<Arc<AttributeKeys>>);
+
+impl SharedAttributeKeys {
+    pub fn new(keys: AttributeKeys) -> Arc<SharedAttributeKeys> {
+        Arc::new(SharedAttributeKeys(std::sync::RwLock::new(Arc::new(keys))))
+    }
+
+    pub fn get(&self) -> Arc<AttributeKeys> {
+        // A poisoned lock still holds the last keys set, which are valid.
+        Arc::clone(&self.0.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub fn set(&self, keys: AttributeKeys) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(keys);
+    }
+}
+
+/// (key, value in string form) pairs of a span's and its resource's attributes whose key is one
+/// of the [`AttributeKeys`]. Empty (and unallocated) when no policy names an attribute.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CapturedAttributes(Vec<(String, String)>);
+
+impl CapturedAttributes {
+    /// Whether the span or its resource has `key` with this value in string form.
+    pub fn has(&self, key: &str, value: &str) -> bool {
+        self.0.iter().any(|(k, v)| k == key && v == value)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Keeps one attribute's value if a policy names its key.
+    pub(crate) fn capture_one(
+        &mut self,
+        key: &str,
+        value: Option<ValueRef<'_>>,
+        keys: &AttributeKeys,
+    ) {
+        if keys.contains(key) {
+            if let Some(text) = value.and_then(string_form_of) {
+                self.0.push((key.to_owned(), text));
+            }
+        }
+    }
+
+    fn capture(&mut self, attributes: &[KeyValue], keys: &AttributeKeys) {
+        for KeyValue { key, value, .. } in attributes {
+            if !keys.contains(key) {
+                continue;
+            }
+            if let Some(text) = value
+                .as_ref()
+                .and_then(|v| v.value.as_ref())
+                .and_then(string_form)
+            {
+                self.0.push((key.clone(), text));
+            }
+        }
+    }
+}
+
+/// An attribute value as a policy compares it: strings as they are, ints in decimal, doubles in
+/// their shortest round-trip form, bools `true`/`false`; arrays, maps and bytes have none.
+pub fn string_form(value: &Value) -> Option<String> {
+    string_form_of(ValueRef::from(value))
+}
+
+pub(crate) fn string_form_of(value: ValueRef<'_>) -> Option<String> {
+    match value {
+        ValueRef::Str(s) => Some(s.to_owned()),
+        ValueRef::Int(i) => Some(i.to_string()),
+        ValueRef::Double(d) => Some(d.to_string()),
+        ValueRef::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
 }
 
 impl SpanFacts {
+    /// Reads one span like [`SpanFacts::from_span`], and also keeps the values of `keys` found
+    /// among its attributes and its resource's (for envelope policies' `match.attributes`).
+    pub fn from_span_with(
+        span: &Span,
+        service_name: &Arc<str>,
+        resource_attributes: &[KeyValue],
+        keys: &AttributeKeys,
+    ) -> SpanFacts {
+        let mut facts = SpanFacts::from_span(span, service_name);
+        if !keys.is_empty() {
+            facts.captured.capture(&span.attributes, keys);
+            facts.captured.capture(resource_attributes, keys);
+        }
+        facts
+    }
+
     /// Reads one decoded span. `service_name` comes from the span's resource.
     pub fn from_span(span: &Span, service_name: &Arc<str>) -> SpanFacts {
         let mut reader = FactsReader::new(Arc::clone(service_name));
@@ -366,6 +493,7 @@ impl FactsReader {
                 sdk_estimated_incremental_usd: None,
                 sdk_remaining_envelope_usd: None,
                 sdk_decision_reason: None,
+                captured: CapturedAttributes::default(),
             },
             role: None,
             has_index: false,
@@ -472,6 +600,11 @@ impl FactsReader {
                 }
             }
         }
+    }
+
+    /// Policy attributes of the span and its resource (see [`CapturedAttributes`]).
+    pub(crate) fn captured(&mut self) -> &mut CapturedAttributes {
+        &mut self.facts.captured
     }
 
     pub(crate) fn finish(self, status_error: bool) -> SpanFacts {

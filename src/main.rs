@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 use retry_spend_collector::config::{parse_duration_arg, Config, ServeOverrides};
 use retry_spend_collector::pipeline::Engine;
+use retry_spend_collector::policy::{review, PolicySet, DEFAULT_POLICIES_DIR};
 use retry_spend_collector::pricing::import::{self, Format, ImportOptions, Imported};
 use retry_spend_collector::pricing::PricingBook;
 use retry_spend_collector::replay::replay;
@@ -59,6 +60,13 @@ struct ServeArgs {
     /// Directory of pricing snapshot files [default: config/pricing]
     #[arg(long = "pricing", value_name = "DIR", env = "RETRY_SPEND_PRICING_DIR")]
     pricing_dir: Option<PathBuf>,
+    /// Directory of envelope policy files (*.toml) [default: config/policies, none if missing]
+    #[arg(
+        long = "policies",
+        value_name = "DIR",
+        env = "RETRY_SPEND_POLICIES_DIR"
+    )]
+    policies_dir: Option<PathBuf>,
     /// Output directory: Parquet under OUTPUT/attempts/ [default: data]
     #[arg(long = "output", value_name = "DIR", env = "RETRY_SPEND_OUTPUT_DIR")]
     output_dir: Option<PathBuf>,
@@ -93,6 +101,9 @@ enum Command {
             env = "RETRY_SPEND_PRICING_DIR"
         )]
         pricing: PathBuf,
+        /// Directory of envelope policy files (*.toml) [default: config/policies, none if missing]
+        #[arg(long, value_name = "DIR", env = "RETRY_SPEND_POLICIES_DIR")]
+        policies: Option<PathBuf>,
         /// Output directory; rows go to OUTPUT/attempts/date=YYYY-MM-DD/.
         #[arg(
             long,
@@ -112,6 +123,24 @@ enum Command {
     Pricing {
         #[command(subcommand)]
         command: PricingCommand,
+    },
+    /// Envelope policy tools.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Validate every policy file of a directory and print each policy, one line each, in the
+    /// order requests are matched: diff two outputs to review which envelopes a change moves.
+    Check {
+        #[arg(value_name = "DIR", default_value = DEFAULT_POLICIES_DIR)]
+        dir: PathBuf,
+        /// Also check that each pinned pricing version is loaded from this directory.
+        #[arg(long, value_name = "DIR")]
+        pricing: Option<PathBuf>,
     },
 }
 
@@ -194,10 +223,17 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Replay {
             pricing,
+            policies,
             output,
             max_pricing_age_days,
             files,
-        } => run_replay(&pricing, &output, max_pricing_age_days, &files),
+        } => run_replay(
+            &pricing,
+            policies.as_deref(),
+            &output,
+            max_pricing_age_days,
+            &files,
+        ),
         Command::Pricing { command } => match command {
             PricingCommand::Check { dir } => pricing_check(&dir),
             PricingCommand::Import { snapshot, file } => pricing_import(&snapshot, &file),
@@ -207,6 +243,9 @@ fn main() -> ExitCode {
                 url,
             } => pricing_fetch(&snapshot, timeout, &url),
         },
+        Command::Policy {
+            command: PolicyCommand::Check { dir, pricing },
+        } => policy_check(&dir, pricing.as_deref()),
     };
     match result {
         Ok(code) => code,
@@ -228,6 +267,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         http_addr: args.http_addr,
         metrics_addr: args.metrics_addr,
         pricing_dir: args.pricing_dir,
+        policies_dir: args.policies_dir,
         output_dir: args.output_dir,
         group_wait: args.group_wait,
         forward_endpoint: args.forward_endpoint,
@@ -256,7 +296,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Waits for SIGTERM or SIGINT; SIGHUP reloads the pricing snapshots meanwhile.
+/// Waits for SIGTERM or SIGINT; SIGHUP reloads the pricing snapshots and policies meanwhile.
 async fn wait_for_signal(
     collector: &retry_spend_collector::service::Collector,
     mut terminate: tokio::signal::unix::Signal,
@@ -273,9 +313,9 @@ async fn wait_for_signal(
                 tracing::info!("SIGINT received");
                 return Ok(());
             }
-            _ = hangup.recv() => match collector.reload_pricing().await {
-                Ok(snapshots) => tracing::info!(snapshots, "SIGHUP: pricing snapshots reloaded"),
-                Err(e) => tracing::error!("SIGHUP: {e:#}; keeping the snapshots in use"),
+            _ = hangup.recv() => match collector.reload().await {
+                Ok((snapshots, policies)) => tracing::info!(snapshots, policies, "SIGHUP: pricing snapshots reloaded, envelope policies reloaded"),
+                Err(e) => tracing::error!("SIGHUP: {e:#}; keeping the snapshots and policies in use"),
             },
         }
     }
@@ -302,8 +342,18 @@ fn load_book(dir: &Path) -> anyhow::Result<PricingBook> {
     Ok(book)
 }
 
+fn load_policies(dir: Option<&Path>) -> anyhow::Result<PolicySet> {
+    PolicySet::load(dir)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| {
+            let dir = dir.unwrap_or(Path::new(DEFAULT_POLICIES_DIR));
+            format!("cannot load envelope policies from {}", dir.display())
+        })
+}
+
 fn run_replay(
     pricing: &Path,
+    policies: Option<&Path>,
     output: &Path,
     max_pricing_age_days: i64,
     files: &[PathBuf],
@@ -313,6 +363,7 @@ fn run_replay(
         rules: RulesConfig {
             max_pricing_age_days,
         },
+        policies: load_policies(policies)?,
     };
     let summary = replay(files, &engine, output, SinkOptions::default(), |bad| {
         eprintln!("{bad}")
@@ -431,4 +482,30 @@ fn today_utc() -> NaiveDate {
         .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0))
         .map(|t| t.date_naive())
         .unwrap_or_default()
+}
+/// Lists every policy of `dir` one a line, in matching order, with its match and its envelope;
+/// warns (still exit 0) about envelopes that would leave rows unaudited. Exit 1 on any error.
+fn policy_check(dir: &Path, pricing: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let set = match PolicySet::load_dir(dir, true) {
+        Ok(set) => set,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let book = pricing.map(load_book).transpose()?;
+    if set.is_empty() {
+        println!("{}: no envelope policies (*.toml)", dir.display());
+    }
+    for policy in set.policies() {
+        println!("{}", review::describe(policy));
+        for warning in review::warnings(policy, book.as_ref()) {
+            eprintln!(
+                "warning: {}: policy {:?}: {warning}",
+                policy.path.display(),
+                policy.name
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

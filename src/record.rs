@@ -53,6 +53,24 @@ pub struct AttemptRow {
     pub sdk_decision_reason: Option<String>,
     pub violations: Vec<Violation>,
     pub output_reached_client: Option<bool>,
+    /// How the attempt was recognised (SPEC §2).
+    pub attempt_source: AttemptSource,
+    /// Where the envelope came from: [`envelope_source::SPAN`], `policy:<name>`
+    /// ([`envelope_source::policy`]), or `None` when the request has none.
+    pub envelope_source: Option<String>,
+}
+
+/// The values of the `envelope_source` column.
+pub mod envelope_source {
+    /// The request's own spans carry the envelope.
+    pub const SPAN: &str = "span";
+    /// Prefix of the value naming the policy file entry that gave the envelope.
+    pub const POLICY_PREFIX: &str = "policy:";
+
+    /// `policy:<name>`.
+    pub fn policy(name: &str) -> String {
+        format!("{POLICY_PREFIX}{name}")
+    }
 }
 
 impl AttemptRow {
@@ -106,6 +124,17 @@ wire_enum! {
         RoutingDrift => "routing_drift",
         OverEnvelope => "over_envelope",
         SdkEstimateMismatch => "sdk_estimate_mismatch",
+    }
+}
+
+wire_enum! {
+    /// How an attempt was recognised as one (SPEC §2): declared by `retry_spend.*` attributes, a
+    /// lone GenAI span, an HTTP try under one GenAI span, or a failed sibling call.
+    AttemptSource {
+        Declared => "declared",
+        Single => "single",
+        HttpRetry => "http_retry",
+        SiblingRetry => "sibling_retry",
     }
 }
 

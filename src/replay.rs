@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use rust_decimal::Decimal;
 
 use crate::assemble::Grouper;
-use crate::pipeline::{ingest, Engine, IngestStats};
+use crate::pipeline::{ingest_with, Engine, IngestStats};
 use crate::record::{AttemptRow, Decision, SpendClass};
 use crate::sinks::parquet::{ParquetSink, ParquetSinkError, SinkOptions};
 
@@ -141,7 +141,12 @@ pub fn replay(
             }
             summary.lines += 1;
             match crate::contract::otlp_json::parse_request(line.as_bytes()) {
-                Ok(request) => summary.ingest.add(ingest(&mut grouper, &request, |_| {})),
+                Ok(request) => summary.ingest.add(ingest_with(
+                    &mut grouper,
+                    &request,
+                    engine.policies.attribute_keys(),
+                    |_| {},
+                )),
                 Err(e) => {
                     let bad = BadLine {
                         file: name.clone(),

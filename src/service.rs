@@ -21,6 +21,7 @@ use crate::pipeline::{
     partition, run_log, Engine, InFlight, LogMessage, PipelineMessage, Watermark, Worker,
     WorkerSummary,
 };
+use crate::policy::{PolicySet, DEFAULT_POLICIES_DIR};
 use crate::pricing::PricingBook;
 use crate::receivers::auth::Authenticator;
 use crate::receivers::tls::TlsIdentity;
@@ -34,6 +35,7 @@ use crate::wal::{self, FsyncPolicy, WalOptions, WalWriter};
 use std::collections::HashSet;
 
 use crate::contract::wire::read_export;
+use crate::contract::SharedAttributeKeys;
 
 /// Logged export requests queued ahead of the worker before the log stage waits. Each holds a
 /// decoded request (about 1 MB for 512 spans), so a short queue is what bounds memory; a full
@@ -53,6 +55,9 @@ pub struct Collector {
     shards: Vec<mpsc::WeakSender<PipelineMessage>>,
     in_flight: Arc<InFlight>,
     pricing_dir: std::path::PathBuf,
+    policies_dir: Option<std::path::PathBuf>,
+    rules: RulesConfig,
+    policy_keys: Arc<SharedAttributeKeys>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<WorkerSummary>>,
 }
@@ -96,26 +101,22 @@ impl Collector {
         self.in_flight.used()
     }
 
-    /// Reloads every pricing snapshot (what SIGHUP does). A directory with errors is refused
-    /// and the snapshots in use stay; old snapshots stay loadable as long as their files do.
-    pub async fn reload_pricing(&self) -> anyhow::Result<usize> {
-        let book = PricingBook::load_dir(&self.pricing_dir)
-            .map_err(anyhow::Error::msg)
-            .with_context(|| {
-                format!(
-                    "cannot reload pricing snapshots from {}",
-                    self.pricing_dir.display()
-                )
-            })?;
-        let snapshots = book.len();
+    /// Reloads every pricing snapshot and envelope policy (what SIGHUP does), returning how
+    /// many of each. Either directory with errors refuses both, and the ones in use stay: a
+    /// policy may name a snapshot the same change adds.
+    pub async fn reload(&self) -> anyhow::Result<(usize, usize)> {
+        let engine = Engine {
+            book: load_pricing(&self.pricing_dir, "reload")?,
+            rules: self.rules,
+            policies: load_policies(self.policies_dir.as_deref(), "reload")?,
+        };
+        let counts = (engine.book.len(), engine.policies.len());
+        self.policy_keys
+            .set(engine.policies.attribute_keys().clone());
         for shard in &self.shards {
-            send(
-                shard,
-                PipelineMessage::ReloadPricing(Box::new(book.clone())),
-            )
-            .await?;
+            send(shard, PipelineMessage::Reload(Box::new(engine.clone()))).await?;
         }
-        Ok(snapshots)
+        Ok(counts)
     }
 
     /// Waits for the collector to stop (after [`Collector::shutdown`]).
@@ -174,22 +175,19 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
 /// Starts every component; returns once all listeners are bound.
 pub async fn start(config: Config) -> anyhow::Result<Collector> {
     let processor = &config.processors.retry_spend;
-    let book = PricingBook::load_dir(&processor.pricing_dir)
-        .map_err(anyhow::Error::msg)
-        .with_context(|| {
-            format!(
-                "cannot load pricing snapshots from {}",
-                processor.pricing_dir.display()
-            )
-        })?;
+    let book = load_pricing(&processor.pricing_dir, "load")?;
     if book.is_empty() {
         tracing::warn!(dir = %processor.pricing_dir.display(), "no pricing snapshots found: every envelope will be unknown_pricing_version");
     }
+    let rules = RulesConfig {
+        max_pricing_age_days: processor.max_pricing_age_days,
+    };
+    let policies = load_policies(processor.policies_dir.as_deref(), "load")?;
+    tracing::info!(policies = policies.len(), "envelope policies loaded");
     let engine = Engine {
         book,
-        rules: RulesConfig {
-            max_pricing_age_days: processor.max_pricing_age_days,
-        },
+        rules,
+        policies,
     };
     let shards = processor.worker_count();
     // The bounds are the process's: each shard holds its share.
@@ -296,7 +294,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     let forwarding = config.exporters.otlp_forward.endpoint.is_some();
     for record in recovery.records {
         let payload = record.payload;
-        match read_export(&payload, forwarding) {
+        match read_export(&payload, forwarding, engine.policies.attribute_keys()) {
             Ok(export) => {
                 for (shard, part) in partition(export, &payload, shards) {
                     recovered[shard].push((record.lsn, part));
@@ -410,7 +408,10 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         tracing::warn!("sink none: every export is acknowledged and discarded after decoding");
         intake = intake.discarding();
     }
-    let intake = intake.forwarding(forwarding);
+    let policy_keys = SharedAttributeKeys::new(engine.policies.attribute_keys().clone());
+    let intake = intake
+        .forwarding(forwarding)
+        .policy_keys(Arc::clone(&policy_keys));
     let (tls_on, tokens) = (tls.is_some(), auth.as_ref().map_or(0, |a| a.tokens()));
     let grpc_server = tokio::spawn(grpc::serve(
         grpc_listener,
@@ -439,6 +440,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
 
     let shutdown_timeout = config.service.shutdown_timeout;
     let pricing_dir = config.processors.retry_spend.pricing_dir.clone();
+    let policies_dir = config.processors.retry_spend.policies_dir.clone();
     let task = tokio::spawn(async move {
         let _ = task_shutdown.wait_for(|stop| *stop).await;
         tracing::info!("shutting down: finishing exports in flight");
@@ -498,7 +500,26 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         shards: shard_handles,
         in_flight,
         pricing_dir,
+        policies_dir,
+        policy_keys,
+        rules,
         shutdown,
         task,
     })
+}
+
+/// `verb`: "load" at start, "reload" on SIGHUP.
+fn load_pricing(dir: &std::path::Path, verb: &str) -> anyhow::Result<PricingBook> {
+    PricingBook::load_dir(dir)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("cannot {verb} pricing snapshots from {}", dir.display()))
+}
+
+fn load_policies(dir: Option<&std::path::Path>, verb: &str) -> anyhow::Result<PolicySet> {
+    PolicySet::load(dir)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| {
+            let dir = dir.unwrap_or(std::path::Path::new(DEFAULT_POLICIES_DIR));
+            format!("cannot {verb} envelope policies from {}", dir.display())
+        })
 }

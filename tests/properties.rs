@@ -237,6 +237,7 @@ fn attempt(n: usize) -> BoxedStrategy<SpanFacts> {
                     sdk_estimated_incremental_usd: sdk,
                     sdk_remaining_envelope_usd: None,
                     sdk_decision_reason: None,
+                    captured: Default::default(),
                 }
             },
         )
@@ -270,6 +271,7 @@ fn logical(env: EnvelopeFields) -> SpanFacts {
         sdk_estimated_incremental_usd: None,
         sdk_remaining_envelope_usd: None,
         sdk_decision_reason: None,
+        captured: Default::default(),
     }
 }
 

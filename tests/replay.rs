@@ -334,6 +334,8 @@ fn a_retry_row_carries_every_figure() {
         ("pricing_checked_at", "2026-08-22"),
         ("error_type", "NULL"),
         ("output_reached_client", "NULL"),
+        ("attempt_source", "declared"),
+        ("envelope_source", "span"),
         ("event_time", "1787659263100000000"),
         ("end_time", "1787659265100000000"),
         ("trace_id", "bd2567959eb54292dd4fea3a6240526a"),
@@ -435,7 +437,33 @@ fn schema_has_the_spec_columns_and_types() {
             .data_type(),
         &DataType::Boolean
     );
-    assert_eq!(schema.fields().len(), expected.len() + 2);
+    for (column, nullable) in [("attempt_source", false), ("envelope_source", true)] {
+        let field = schema.field_with_name(column).unwrap();
+        assert_eq!(field.data_type(), &DataType::Utf8, "{column}");
+        assert_eq!(field.is_nullable(), nullable, "{column}");
+    }
+    assert_eq!(schema.fields().len(), expected.len() + 4);
+}
+
+#[test]
+fn attempt_and_envelope_sources_name_how_each_row_was_found() {
+    let (_out, rows) = replay_ok(&[Path::new(EXAMPLE)]);
+    for row in &rows {
+        let request = row["request_id"].as_str();
+        let expected = match request {
+            "c49fea7425fa7f86" => ("single", "NULL"),
+            "req-no-envelope" => ("declared", "NULL"),
+            _ => ("declared", "span"),
+        };
+        assert_eq!(
+            (
+                row["attempt_source"].as_str(),
+                row["envelope_source"].as_str()
+            ),
+            expected,
+            "{request}"
+        );
+    }
 }
 
 /// Every span of the example in its own export request, in a scrambled order.

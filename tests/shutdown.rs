@@ -1,5 +1,5 @@
 //! SIGTERM right after (and during) a burst: every acknowledged span is a row, exactly once,
-//! and no temporary file remains. SIGHUP reloads pricing. Runs the real binary.
+//! and no temporary file remains. SIGHUP reloads pricing and policies. Runs the real binary.
 
 mod common;
 
@@ -99,14 +99,16 @@ async fn sigterm_during_a_burst_keeps_every_acknowledged_span() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sighup_reloads_pricing_and_keeps_serving() {
+async fn sighup_reloads_pricing_and_policies_and_keeps_serving() {
     let out = tempfile::tempdir().unwrap();
     let mut collector = start(out.path(), &[], &[]);
     signal(&collector.child, "HUP");
     let log = collector.log;
     let reloaded = tokio::task::spawn_blocking(move || {
-        log.iter()
-            .any(|line| line.contains("pricing snapshots reloaded"))
+        log.iter().any(|line| {
+            line.contains("pricing snapshots reloaded")
+                && line.contains("envelope policies reloaded")
+        })
     });
     assert!(reloaded.await.unwrap(), "the reload is logged");
 

@@ -581,3 +581,75 @@ mod hostile {
         }
     }
 }
+
+#[test]
+fn from_span_with_keeps_the_named_span_and_resource_attributes_in_string_form() {
+    let span = Span {
+        attributes: vec![
+            kv(attr::REQUEST_MODEL, Value::StringValue("glm-5".into())),
+            kv(
+                "deployment.environment.name",
+                Value::StringValue("prod".into()),
+            ),
+            kv("tenant.tier", Value::IntValue(3)),
+            kv("sample.rate", Value::DoubleValue(0.25)),
+            kv("canary", Value::BoolValue(false)),
+            kv("blob", Value::BytesValue(vec![1, 2])),
+            kv("not.named", Value::StringValue("x".into())),
+        ],
+        ..Default::default()
+    };
+    let resource = [kv("cloud.region", Value::StringValue("eu-west-1".into()))];
+    let keys = AttributeKeys::new(
+        [
+            "deployment.environment.name",
+            "tenant.tier",
+            "sample.rate",
+            "canary",
+            "blob",
+            "cloud.region",
+        ]
+        .map(String::from),
+    );
+    let service = Arc::from("svc");
+    let facts = SpanFacts::from_span_with(&span, &service, &resource, &keys);
+    let captured: Vec<(&str, &str)> = facts.captured.iter().collect();
+    assert_eq!(
+        captured,
+        [
+            ("deployment.environment.name", "prod"),
+            ("tenant.tier", "3"),
+            ("sample.rate", "0.25"),
+            ("canary", "false"),
+            ("cloud.region", "eu-west-1"),
+        ]
+    );
+    assert!(facts.captured.has("tenant.tier", "3"));
+    assert!(!facts.captured.has("not.named", "x"));
+    // Without keys nothing is kept, and the rest of the facts are the same.
+    let plain = SpanFacts::from_span_with(&span, &service, &resource, &AttributeKeys::NONE);
+    assert!(plain.captured.is_empty());
+    assert_eq!(
+        SpanFacts {
+            captured: Default::default(),
+            ..facts
+        },
+        plain
+    );
+}
+
+#[test]
+fn string_form_of_doubles_is_the_shortest_round_trip() {
+    let cases = [
+        (Value::DoubleValue(1.0), Some("1")),
+        (Value::DoubleValue(0.1), Some("0.1")),
+        (Value::DoubleValue(-2.5), Some("-2.5")),
+        (Value::IntValue(-7), Some("-7")),
+        (Value::BoolValue(true), Some("true")),
+        (Value::StringValue(String::new()), Some("")),
+        (Value::BytesValue(vec![1]), None),
+    ];
+    for (value, expected) in cases {
+        assert_eq!(string_form(&value).as_deref(), expected, "{value:?}");
+    }
+}

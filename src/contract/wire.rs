@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{attr, ArrayRef, FactsReader, SpanFacts, ValueRef};
+use super::{attr, string_form_of, ArrayRef, AttributeKeys, FactsReader, SpanFacts, ValueRef};
 
 /// Why a request could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,15 +46,20 @@ pub struct WireExport {
 }
 
 /// Reads every span of an encoded export request. `keep_raw` records where each span, resource
-/// and scope lie in `bytes`.
-pub fn read_export(bytes: &Bytes, keep_raw: bool) -> Result<WireExport, WireError> {
+/// and scope lie in `bytes`; the values of `keys` (policies' `match.attributes`) among a span's
+/// and its resource's attributes are captured.
+pub fn read_export(
+    bytes: &Bytes,
+    keep_raw: bool,
+    keys: &AttributeKeys,
+) -> Result<WireExport, WireError> {
     let mut out = WireExport::default();
     let mut r = Reader::new(bytes, 0);
     while let Some((field, wire_type)) = r.key()? {
         match (field, wire_type) {
             (1, LEN) => {
                 let range = r.len_delimited()?;
-                read_resource_spans(bytes, range, keep_raw, &mut out)?;
+                read_resource_spans(bytes, range, keep_raw, keys, &mut out)?;
             }
             _ => r.skip(wire_type)?,
         }
@@ -66,6 +71,7 @@ fn read_resource_spans(
     bytes: &Bytes,
     range: Range<usize>,
     keep_raw: bool,
+    keys: &AttributeKeys,
     out: &mut WireExport,
 ) -> Result<(), WireError> {
     // The resource may come after the spans on the wire, so spans are read once it is known.
@@ -82,6 +88,7 @@ fn read_resource_spans(
         }
     }
     let service = service_name(bytes, &resources)?;
+    let resource_captures = captures(bytes, &resources, keys)?;
     for scope_range in scopes {
         let origin = u32::try_from(out.origins.len()).map_err(|_| WireError("too many scopes"))?;
         let mut scope = Vec::new();
@@ -97,7 +104,13 @@ fn read_resource_spans(
             }
         }
         for span in spans {
-            out.spans.push(read_span(bytes, span.clone(), &service)?);
+            let mut facts = read_span(bytes, span.clone(), &service, keys)?;
+            for (key, value) in &resource_captures {
+                facts
+                    .captured
+                    .capture_one(key, Some(ValueRef::Str(value)), keys);
+            }
+            out.spans.push(facts);
             if keep_raw {
                 out.raw.push((origin, span));
             }
@@ -137,10 +150,43 @@ fn service_name(bytes: &Bytes, resources: &[Range<usize>]) -> Result<Arc<str>, W
     Ok(Arc::from(attr::UNKNOWN_SERVICE))
 }
 
+/// The resource attributes that policies name, in string form.
+fn captures(
+    bytes: &Bytes,
+    resources: &[Range<usize>],
+    keys: &AttributeKeys,
+) -> Result<Vec<(String, String)>, WireError> {
+    let mut out = Vec::new();
+    if keys.is_empty() {
+        return Ok(out);
+    }
+    for range in resources {
+        let mut r = Reader::sub(bytes, range.clone());
+        while let Some((field, wire_type)) = r.key()? {
+            match (field, wire_type) {
+                (1, LEN) => {
+                    let kv = r.len_delimited()?;
+                    let mut name = "";
+                    let (wanted, value) = read_key_value(bytes, kv, |key| {
+                        name = key;
+                        keys.contains(key)
+                    })?;
+                    if let (true, Some(text)) = (wanted, value.and_then(string_form_of)) {
+                        out.push((name.to_owned(), text));
+                    }
+                }
+                _ => r.skip(wire_type)?,
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn read_span(
     bytes: &Bytes,
     range: Range<usize>,
     service: &Arc<str>,
+    keys: &AttributeKeys,
 ) -> Result<SpanFacts, WireError> {
     let mut facts = FactsReader::new(Arc::clone(service));
     let mut status_code = 0i32;
@@ -159,12 +205,12 @@ fn read_span(
                     key_text = Some(key);
                     true
                 })?;
-                if let Some(key) = key_text {
-                    facts.attribute(key, value);
-                } else {
-                    // A key-value without a key: the decoded path sees the empty key.
-                    facts.attribute("", value);
+                // A key-value without a key: the decoded path sees the empty key.
+                let key = key_text.unwrap_or("");
+                if !keys.is_empty() {
+                    facts.captured().capture_one(key, value, keys);
                 }
+                facts.attribute(key, value);
             }
             (15, LEN) => {
                 let status = r.len_delimited()?;

@@ -16,16 +16,21 @@ pub use watermark::Watermark;
 pub use worker::{Worker, WorkerSummary, PARQUET_COMPONENT};
 
 use crate::assemble::{Grouper, Offer, Request};
-use crate::contract::{service_name, SpanFacts};
+use crate::contract::{service_name, AttributeKeys, SpanFacts};
+use crate::policy::PolicySet;
 use crate::pricing::PricingBook;
 use crate::record::AttemptRow;
-use crate::rules::{evaluate, RulesConfig};
+use crate::rules::{evaluate_with, RulesConfig};
 
 /// Pricing and policy: everything the rules need besides the spans.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Engine {
     pub book: PricingBook,
     pub rules: RulesConfig,
+    /// Envelopes for requests whose spans carry none. Spans must be read with its
+    /// [`PolicySet::attribute_keys`] ([`span_facts_with`], [`ingest_with`]) for policies with
+    /// `match.attributes` to match.
+    pub policies: PolicySet,
 }
 
 /// What one export request contained.
@@ -48,21 +53,34 @@ impl IngestStats {
     }
 }
 
+/// Spans read for no policy keep no attributes.
+static NO_KEYS: AttributeKeys = AttributeKeys::NONE;
+
 /// Every span of an export request with its resource's service name, read into facts.
 pub fn span_facts(request: &ExportTraceServiceRequest) -> impl Iterator<Item = SpanFacts> + '_ {
-    request.resource_spans.iter().flat_map(|resource_spans| {
-        let service = service_name(
-            resource_spans
+    span_facts_with(request, &NO_KEYS)
+}
+
+/// [`span_facts`], keeping the values of `keys` for envelope policies.
+pub fn span_facts_with<'a>(
+    request: &'a ExportTraceServiceRequest,
+    keys: &'a AttributeKeys,
+) -> impl Iterator<Item = SpanFacts> + 'a {
+    request
+        .resource_spans
+        .iter()
+        .flat_map(move |resource_spans| {
+            let resource = resource_spans
                 .resource
                 .as_ref()
-                .map_or(&[][..], |r| r.attributes.as_slice()),
-        );
-        resource_spans
-            .scope_spans
-            .iter()
-            .flat_map(|scope| scope.spans.iter())
-            .map(move |span| SpanFacts::from_span(span, &service))
-    })
+                .map_or(&[][..], |r| r.attributes.as_slice());
+            let service = service_name(resource);
+            resource_spans
+                .scope_spans
+                .iter()
+                .flat_map(|scope| scope.spans.iter())
+                .map(move |span| SpanFacts::from_span_with(span, &service, resource, keys))
+        })
 }
 
 /// Offers every span of `request` to `grouper`, calling `on_attempt` with each new attempt's
@@ -70,10 +88,20 @@ pub fn span_facts(request: &ExportTraceServiceRequest) -> impl Iterator<Item = S
 pub fn ingest(
     grouper: &mut Grouper,
     request: &ExportTraceServiceRequest,
+    on_attempt: impl FnMut(&crate::assemble::GroupKey),
+) -> IngestStats {
+    ingest_with(grouper, request, &NO_KEYS, on_attempt)
+}
+
+/// [`ingest`], keeping the values of `keys` for envelope policies.
+pub fn ingest_with(
+    grouper: &mut Grouper,
+    request: &ExportTraceServiceRequest,
+    keys: &AttributeKeys,
     mut on_attempt: impl FnMut(&crate::assemble::GroupKey),
 ) -> IngestStats {
     let mut stats = IngestStats::default();
-    for facts in span_facts(request) {
+    for facts in span_facts_with(request, keys) {
         stats.spans += 1;
         match grouper.offer(facts) {
             Offer::Attempt(key) => {
@@ -90,7 +118,7 @@ pub fn ingest(
 
 impl Engine {
     pub fn evaluate(&self, request: &Request) -> Vec<AttemptRow> {
-        evaluate(request, &self.book, &self.rules)
+        evaluate_with(request, &self.book, &self.policies, &self.rules)
     }
 }
 
@@ -109,8 +137,8 @@ pub enum PipelineMessage {
     /// Answered once everything sent before it has been ingested and every ready request
     /// evaluated: lets tests and tools wait for the pipeline without guessing.
     Barrier(tokio::sync::oneshot::Sender<()>),
-    /// New pricing snapshots (SIGHUP): requests evaluated from now on use them.
-    ReloadPricing(Box<PricingBook>),
+    /// New pricing snapshots and policies (SIGHUP): requests evaluated from now on use them.
+    Reload(Box<Engine>),
     /// Holds the worker until the sender side is used or dropped: a stalled sink on demand,
     /// for overload tests and diagnostics.
     Pause(tokio::sync::oneshot::Receiver<()>),

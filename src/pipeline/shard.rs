@@ -221,7 +221,11 @@ mod tests {
     #[test]
     fn one_shard_keeps_the_spans_whole() {
         let bytes = encoded(vec![span(1, 1), span(2, 2)]);
-        let parts = partition(read_export(&bytes, false).unwrap(), &bytes, 1);
+        let parts = partition(
+            read_export(&bytes, false, &crate::contract::AttributeKeys::NONE).unwrap(),
+            &bytes,
+            1,
+        );
         assert_eq!(parts.len(), 1);
         assert_eq!(parts[0].1.spans.len(), 2);
         assert!(parts[0].1.raw.is_none());
@@ -230,7 +234,11 @@ mod tests {
     #[test]
     fn spans_of_one_trace_go_to_one_shard_and_none_is_lost() {
         let bytes = encoded((0..64u8).map(|i| span(i % 16, i)).collect());
-        let parts = partition(read_export(&bytes, true).unwrap(), &bytes, 4);
+        let parts = partition(
+            read_export(&bytes, true, &crate::contract::AttributeKeys::NONE).unwrap(),
+            &bytes,
+            4,
+        );
         let mut seen = 0;
         for (shard, part) in &parts {
             let raw = part.raw.as_ref().expect("kept for forwarding");

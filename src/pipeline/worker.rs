@@ -156,7 +156,7 @@ impl Worker {
                     self.retry_unwritten();
                     let _ = done.send(());
                 }
-                PipelineMessage::ReloadPricing(book) => self.engine.book = *book,
+                PipelineMessage::Reload(engine) => self.engine = *engine,
                 PipelineMessage::Pause(resume) => {
                     let _ = resume.blocking_recv();
                 }

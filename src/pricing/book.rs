@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use chrono::NaiveDate;
+
 use super::snapshot::Snapshot;
 
 /// A snapshot file that cannot be used, naming the file and the field.
@@ -50,10 +52,25 @@ impl fmt::Display for PricingErrors {
     }
 }
 
-/// All loaded snapshots. Old snapshots stay so old traces re-price identically.
+/// All loaded snapshots, identified by (`pricing_version`, `pricing_checked_at`). Old snapshots
+/// stay so old traces re-price identically, and feeds that keep one version across price changes
+/// give several dated snapshots of it.
 #[derive(Debug, Clone, Default)]
 pub struct PricingBook {
-    by_version: HashMap<String, Snapshot>,
+    /// Version → its snapshots, oldest checked date first.
+    by_version: HashMap<String, Vec<Snapshot>>,
+    /// Every snapshot's (checked date, version), ascending: the order "newest" is judged by.
+    by_date: Vec<(NaiveDate, String)>,
+    /// Model → the family the newest snapshot listing it gives (SPEC §2, `model_family`).
+    family_by_model: HashMap<String, ListedFamily>,
+}
+
+/// A model's family as the newest snapshot that lists the model gives it.
+#[derive(Debug, Clone)]
+struct ListedFamily {
+    checked_at: NaiveDate,
+    version: String,
+    family: Option<String>,
 }
 
 impl PricingBook {
@@ -91,43 +108,104 @@ impl PricingBook {
         }
     }
 
-    /// Adds a snapshot; the same version twice is fine only with byte-identical content.
+    /// Adds a snapshot. A second file claiming the same (version, checked date) is fine only
+    /// with byte-identical content, and is then loaded once.
     pub fn insert(&mut self, snapshot: Snapshot) -> Result<(), PricingError> {
-        if let Some(existing) = self.by_version.get(&snapshot.version) {
+        let dated = self.by_version.entry(snapshot.version.clone()).or_default();
+        let at = dated.partition_point(|s| s.checked_at < snapshot.checked_at);
+        if let Some(existing) = dated
+            .get(at)
+            .filter(|s| s.checked_at == snapshot.checked_at)
+        {
             if existing.digest == snapshot.digest {
                 return Ok(());
             }
             return Err(PricingError::new(
                 &snapshot.path,
-                "pricing_version",
+                "pricing_checked_at",
                 format!(
-                    "{:?} is also claimed by {} with different content",
+                    "version {:?} checked {} is also claimed by {} with different content",
                     snapshot.version,
+                    snapshot.checked_at,
                     existing.path.display()
                 ),
             ));
         }
-        self.by_version.insert(snapshot.version.clone(), snapshot);
+        let key = (snapshot.checked_at, snapshot.version.clone());
+        let by_date_at = self.by_date.partition_point(|k| *k < key);
+        self.by_date.insert(by_date_at, key);
+        for (model, price) in &snapshot.models {
+            let newer = self.family_by_model.get(model).is_none_or(|listed| {
+                (listed.checked_at, listed.version.as_str())
+                    < (snapshot.checked_at, snapshot.version.as_str())
+            });
+            if newer {
+                self.family_by_model.insert(
+                    model.clone(),
+                    ListedFamily {
+                        checked_at: snapshot.checked_at,
+                        version: snapshot.version.clone(),
+                        family: price.family.clone(),
+                    },
+                );
+            }
+        }
+        dated.insert(at, snapshot);
         Ok(())
     }
 
-    pub fn get(&self, version: &str) -> Option<&Snapshot> {
-        self.by_version.get(version)
+    /// The snapshot of `version` checked on `checked_at`, if loaded.
+    pub fn get_dated(&self, version: &str, checked_at: NaiveDate) -> Option<&Snapshot> {
+        let dated = self.by_version.get(version)?;
+        let at = dated.partition_point(|s| s.checked_at < checked_at);
+        dated.get(at).filter(|s| s.checked_at == checked_at)
     }
 
+    /// The newest snapshot of `version` (latest checked date), if any is loaded.
+    pub fn get(&self, version: &str) -> Option<&Snapshot> {
+        self.by_version.get(version).and_then(|dated| dated.last())
+    }
+
+    /// The snapshot an envelope's figures come from (SPEC §4): the one of this version and
+    /// date when loaded, else the newest of this version.
+    pub fn pinned(&self, version: &str, checked_at: Option<NaiveDate>) -> Option<&Snapshot> {
+        checked_at
+            .and_then(|date| self.get_dated(version, date))
+            .or_else(|| self.get(version))
+    }
+
+    /// The newest snapshot checked on or before `date`; among several of that date, the
+    /// greatest version by byte order. What a `latest` policy pins.
+    pub fn latest_on_or_before(&self, date: NaiveDate) -> Option<&Snapshot> {
+        let end = self
+            .by_date
+            .partition_point(|(checked, _)| *checked <= date);
+        let (checked_at, version) = self.by_date[..end].last()?;
+        self.get_dated(version, *checked_at)
+    }
+
+    /// The family the newest loaded snapshot listing `model` gives it (latest checked date,
+    /// then greatest version by byte order); `None` when no snapshot lists the model or that
+    /// one names no family.
+    pub fn newest_family(&self, model: &str) -> Option<&str> {
+        self.family_by_model.get(model)?.family.as_deref()
+    }
+
+    /// Distinct snapshots loaded.
     pub fn len(&self) -> usize {
-        self.by_version.len()
+        self.by_date.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_version.is_empty()
+        self.by_date.is_empty()
     }
 
     /// Snapshots ordered by checked date, then version, for stable listings.
     pub fn snapshots(&self) -> Vec<&Snapshot> {
-        let mut all: Vec<&Snapshot> = self.by_version.values().collect();
-        all.sort_by(|a, b| (a.checked_at, &a.version).cmp(&(b.checked_at, &b.version)));
-        all
+        self.by_date
+            .iter()
+            .filter_map(|(checked_at, version)| self.get_dated(version, *checked_at))
+            .collect()
     }
 }
 
@@ -269,6 +347,114 @@ mod tests {
         assert_eq!(errors.len(), 1);
         assert!(errors[0].path.ends_with("b.json"));
         assert!(errors[0].problem.contains("a.json"));
+    }
+
+    fn dated(version: &str, checked_at: &str, input: &str) -> Snapshot {
+        let body = snapshot_json(version, &format!(r#""m": {{"family": "f-{version}-{checked_at}", "input": "{input}", "output": "1"}}"#))
+            .replace("2026-08-22", checked_at);
+        Snapshot::from_bytes(
+            format!("{checked_at}-{version}.json").as_ref(),
+            body.as_bytes(),
+        )
+        .unwrap()
+    }
+
+    fn date(text: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(text, "%Y-%m-%d").unwrap()
+    }
+
+    #[test]
+    fn one_version_checked_on_several_dates_is_several_snapshots() {
+        let mut book = PricingBook::default();
+        book.insert(dated("v", "2026-08-01", "1")).unwrap();
+        book.insert(dated("v", "2026-08-22", "2")).unwrap();
+        book.insert(dated("v", "2026-08-10", "3")).unwrap();
+        assert_eq!(book.len(), 3);
+        let input = |s: Option<&Snapshot>| s.map(|s| s.models["m"].input.to_string());
+        assert_eq!(
+            input(book.get_dated("v", date("2026-08-10"))),
+            Some("3".into())
+        );
+        assert_eq!(input(book.get_dated("v", date("2026-08-11"))), None);
+        assert_eq!(input(book.get("v")), Some("2".into()));
+        assert_eq!(input(book.get("w")), None);
+        let listed: Vec<NaiveDate> = book.snapshots().iter().map(|s| s.checked_at).collect();
+        assert_eq!(
+            listed,
+            [date("2026-08-01"), date("2026-08-10"), date("2026-08-22")]
+        );
+    }
+
+    #[test]
+    fn pinned_is_the_dated_snapshot_else_the_newest_of_its_version() {
+        let mut book = PricingBook::default();
+        book.insert(dated("v", "2026-08-01", "1")).unwrap();
+        book.insert(dated("v", "2026-08-22", "2")).unwrap();
+        let cases = [
+            ("v", Some("2026-08-01"), Some("2026-08-01")),
+            ("v", Some("2026-08-05"), Some("2026-08-22")),
+            ("v", None, Some("2026-08-22")),
+            ("w", Some("2026-08-01"), None),
+        ];
+        for (version, checked_at, expected) in cases {
+            let got = book
+                .pinned(version, checked_at.map(date))
+                .map(|s| s.checked_at);
+            assert_eq!(got, expected.map(date), "{version} {checked_at:?}");
+        }
+    }
+
+    #[test]
+    fn latest_on_or_before_takes_the_newest_date_then_the_greatest_version() {
+        let mut book = PricingBook::default();
+        book.insert(dated("b", "2026-08-01", "1")).unwrap();
+        book.insert(dated("a", "2026-08-10", "2")).unwrap();
+        book.insert(dated("c", "2026-08-10", "3")).unwrap();
+        book.insert(dated("B", "2026-08-10", "4")).unwrap();
+        book.insert(dated("z", "2026-09-01", "5")).unwrap();
+        let cases = [
+            ("2026-07-31", None),
+            ("2026-08-01", Some(("b", "2026-08-01"))),
+            ("2026-08-09", Some(("b", "2026-08-01"))),
+            // "c" > "a" > "B" by byte order.
+            ("2026-08-10", Some(("c", "2026-08-10"))),
+            ("2026-08-31", Some(("c", "2026-08-10"))),
+            ("2027-01-01", Some(("z", "2026-09-01"))),
+        ];
+        for (on, expected) in cases {
+            let got = book
+                .latest_on_or_before(date(on))
+                .map(|s| (s.version.as_str(), s.checked_at));
+            assert_eq!(got, expected.map(|(v, d)| (v, date(d))), "{on}");
+        }
+    }
+
+    #[test]
+    fn newest_family_comes_from_the_newest_snapshot_listing_the_model() {
+        let mut book = PricingBook::default();
+        book.insert(dated("b", "2026-08-10", "1")).unwrap();
+        book.insert(dated("z", "2026-08-01", "1")).unwrap();
+        book.insert(dated("a", "2026-08-10", "1")).unwrap();
+        assert_eq!(book.newest_family("m"), Some("f-b-2026-08-10"));
+        assert_eq!(book.newest_family("unlisted"), None);
+    }
+
+    #[test]
+    fn same_version_and_date_with_other_bytes_names_file_and_field() {
+        let mut book = PricingBook::default();
+        book.insert(dated("v", "2026-08-01", "1")).unwrap();
+        let mut other = dated("v", "2026-08-01", "2");
+        other.path = PathBuf::from("other.json");
+        let e = book.insert(other).unwrap_err();
+        assert_eq!(e.field, "pricing_checked_at");
+        assert!(
+            e.to_string()
+                .starts_with("pricing file other.json: pricing_checked_at: "),
+            "{e}"
+        );
+        assert!(e.problem.contains("2026-08-01-v.json"), "{e}");
+        assert!(book.insert(dated("v", "2026-08-01", "1")).is_ok());
+        assert_eq!(book.len(), 1);
     }
 
     #[test]

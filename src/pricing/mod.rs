@@ -5,7 +5,7 @@ pub mod import;
 mod snapshot;
 
 pub use book::{PricingBook, PricingError, PricingErrors};
-pub(crate) use snapshot::parse_date;
+pub(crate) use snapshot::{parse_date, parse_decimal_literal};
 pub use snapshot::{ModelPrice, Snapshot};
 
 use rust_decimal::Decimal;

@@ -19,6 +19,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::contract::wire::{read_export, WireError};
+use crate::contract::SharedAttributeKeys;
 
 use crate::pipeline::{partition, Append, InFlight, LogMessage};
 use crate::sinks::metrics::{Health, Metrics};
@@ -88,6 +89,8 @@ pub struct Intake {
     shards: usize,
     /// Spans are forwarded downstream: keep where each lies in the export's bytes.
     keep_raw: bool,
+    /// Attribute keys the envelope policies match on, captured as spans are read.
+    policy_keys: Arc<SharedAttributeKeys>,
     discard: bool,
 }
 
@@ -106,8 +109,15 @@ impl Intake {
             health,
             shards,
             keep_raw: false,
+            policy_keys: Arc::default(),
             discard: false,
         }
+    }
+
+    /// The attribute keys of the policies in use (replaced on reload).
+    pub fn policy_keys(mut self, keys: Arc<SharedAttributeKeys>) -> Intake {
+        self.policy_keys = keys;
+        self
     }
 
     /// Spans will be forwarded: parts carry their bytes.
@@ -143,7 +153,11 @@ impl Intake {
     /// Reads an encoded export request into span facts: what the receivers call before
     /// [`Intake::submit`]. An error is the client's (invalid argument / 400).
     pub fn read(&self, bytes: &Bytes) -> Result<crate::contract::wire::WireExport, WireError> {
-        read_export(bytes, self.keep_raw && !self.discard)
+        read_export(
+            bytes,
+            self.keep_raw && !self.discard,
+            &self.policy_keys.get(),
+        )
     }
 
     /// Logs one export request (`bytes` is its protobuf encoding, `export` what [`Intake::read`]

@@ -1,6 +1,11 @@
 //! Resolving one request's envelope from every span that states it.
 
+use chrono::NaiveDate;
+
 use crate::contract::{EnvelopeFields, SpanFacts};
+use crate::policy::Policy;
+use crate::pricing::PricingBook;
+use crate::record::envelope_source;
 
 /// The envelope a request is judged by.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -8,11 +13,46 @@ pub struct Envelope {
     pub fields: EnvelopeFields,
     /// Two spans named different values for one field.
     pub conflict: bool,
+    /// The policy the envelope came from, when the request's spans carried none.
+    pub policy: Option<String>,
+    /// A `latest` policy for which no loaded snapshot was checked on or before attempt 0's
+    /// date: `pricing_version` stays `latest` and the pricing is unknown.
+    pub latest_unresolved: bool,
 }
 
 impl Envelope {
     pub fn present(&self) -> bool {
         self.fields.present
+    }
+
+    /// The `envelope_source` column: `span`, `policy:<name>`, or none.
+    pub fn source(&self) -> Option<String> {
+        match &self.policy {
+            Some(name) => Some(envelope_source::policy(name)),
+            None => self.present().then(|| envelope_source::SPAN.to_owned()),
+        }
+    }
+
+    /// Takes `policy`'s envelope for a request whose spans carry none. The spans' task type,
+    /// when they name one, stays; a `latest` version pins the newest snapshot of `book`
+    /// checked on or before `first_date` (attempt 0's start date), and the row records it.
+    pub fn adopt(&mut self, policy: &Policy, book: &PricingBook, first_date: Option<NaiveDate>) {
+        let mut fields = policy.envelope.clone();
+        if let Some(task_type) = self.fields.task_type.take() {
+            fields.task_type = Some(task_type);
+        }
+        if policy.pins_latest() {
+            match first_date.and_then(|date| book.latest_on_or_before(date)) {
+                Some(snapshot) => {
+                    fields.pricing_version = Some(snapshot.version.clone());
+                    fields.pricing_checked_at = Some(snapshot.checked_at);
+                    fields.pricing_source = Some(snapshot.source.clone());
+                }
+                None => self.latest_unresolved = true,
+            }
+        }
+        self.fields = fields;
+        self.policy = Some(policy.name.clone());
     }
 
     /// `max_incremental_usd` or `max_attempts_after_first` missing, or the JSON form broken.
@@ -64,6 +104,7 @@ pub fn resolve(logical: Option<&SpanFacts>, attempts: &[&SpanFacts]) -> Envelope
     Envelope {
         fields: merged,
         conflict,
+        ..Envelope::default()
     }
 }
 

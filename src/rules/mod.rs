@@ -13,9 +13,10 @@ use std::collections::{BTreeSet, HashSet};
 use rust_decimal::Decimal;
 
 use crate::assemble::{GroupKey, Request};
-use crate::contract::{Count, SpanFacts, SpanId};
+use crate::contract::{Count, EnvelopeFields, SpanFacts, SpanId};
+use crate::policy::{PolicySet, Subject};
 use crate::pricing::{add_exact, cost_usd, sub_exact, ModelPrice, PricingBook, Snapshot, Usage};
-use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
+use crate::record::{AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation};
 
 /// Settings of the rules that are policy, not contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,48 @@ pub fn order_attempts(attempts: &mut [&SpanFacts]) -> Vec<i32> {
     }
 }
 
+/// How the request's attempts were recognised: grouped by declared attributes, or one lone
+/// GenAI span.
+pub fn attempt_source(key: &GroupKey) -> AttemptSource {
+    match key {
+        GroupKey::RequestId { .. } | GroupKey::Parent { .. } => AttemptSource::Declared,
+        GroupKey::Single { .. } => AttemptSource::Single,
+    }
+}
+
+/// Gives a request without an envelope of its own the first matching policy's. It is matched on
+/// attempt 0 (the first in order; the lowest index when 0 never arrived): its service and
+/// model, the request's task type, and every span's captured attributes.
+fn apply_policy(
+    envelope: &mut Envelope,
+    request: &Request,
+    attempts: &[&SpanFacts],
+    policies: &PolicySet,
+    book: &PricingBook,
+) {
+    let Some(first) = attempts.first() else {
+        return;
+    };
+    let spans: Vec<&SpanFacts> = request
+        .logical
+        .iter()
+        .chain(attempts.iter().copied())
+        .collect();
+    let subject = Subject {
+        service: &first.service_name,
+        task_type: envelope.fields.task_type.as_deref(),
+        model: first.request_model.as_deref(),
+        spans: &spans,
+    };
+    if let Some(policy) = policies.select(&subject) {
+        envelope.adopt(policy, book, Some(utc_date(first.start_time_unix_nano)));
+    }
+}
+
+fn utc_date(t: u64) -> chrono::NaiveDate {
+    chrono::DateTime::from_timestamp_nanos(nanos(t)).date_naive()
+}
+
 /// Per-attempt facts the rules derive before judging.
 struct Priced<'a> {
     span: &'a SpanFacts,
@@ -70,17 +113,37 @@ struct Priced<'a> {
     actual: Option<Decimal>,
 }
 
-/// Evaluates one request: a row per attempt of `request.attempts`, in attempt order. Attempts
-/// in `request.evaluated` count as earlier attempts but get no row again.
+/// [`evaluate_with`] without envelope policies.
 pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> Vec<AttemptRow> {
+    evaluate_with(request, book, &PolicySet::default(), config)
+}
+
+/// Evaluates one request: a row per attempt of `request.attempts`, in attempt order. Attempts
+/// in `request.evaluated` count as earlier attempts but get no row again. A request whose spans
+/// carry no envelope takes the first matching policy's.
+pub fn evaluate_with(
+    request: &Request,
+    book: &PricingBook,
+    policies: &PolicySet,
+    config: &RulesConfig,
+) -> Vec<AttemptRow> {
     // References, not copies: evaluation is on every request's hot path.
     let mut attempts: Vec<&SpanFacts> = request.evaluated.iter().chain(&request.attempts).collect();
     let already_written: HashSet<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
     let indices = order_attempts(&mut attempts);
-    let envelope = envelope::resolve(request.logical.as_ref(), &attempts);
+    let mut envelope = envelope::resolve(request.logical.as_ref(), &attempts);
+    if !envelope.present() && !policies.is_empty() {
+        apply_policy(&mut envelope, request, &attempts, policies, book);
+    }
     let env = &envelope.fields;
 
-    let snapshot = env.pricing_version.as_deref().and_then(|v| book.get(v));
+    // Figures come from the snapshot of this version and date, else the newest of the version
+    // (audited or not: `audit` says whether to trust them).
+    let snapshot = env
+        .pricing_version
+        .as_deref()
+        .filter(|_| !envelope.latest_unresolved)
+        .and_then(|v| book.pinned(v, env.pricing_checked_at));
     let group_ratio = snapshot
         .zip(env.billing_group.as_deref())
         .and_then(|(s, g)| s.group_ratio.get(g).copied());
@@ -89,7 +152,7 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
         .iter()
         .copied()
         .zip(&indices)
-        .map(|(span, &index)| price_attempt(span, index, snapshot, group_ratio))
+        .map(|(span, &index)| price_attempt(span, index, book, snapshot, group_ratio))
         .collect();
 
     let first = priced.iter().find(|p| p.index == 0);
@@ -108,199 +171,365 @@ pub fn evaluate(request: &Request, book: &PricingBook, config: &RulesConfig) -> 
         _ => request.key.request_id(),
     };
 
-    let mut rows = Vec::with_capacity(priced.len());
-    let mut running_incremental = Some(Decimal::ZERO);
-    let mut earlier_retry_unpriced = false;
-    let mut earlier_output_reached_client = false;
+    let shared = Shared {
+        request_id,
+        attempt_source: attempt_source(&request.key),
+        envelope_source: envelope.source(),
+        envelope: &envelope,
+        snapshot,
+        group_ratio,
+        first,
+    };
 
+    let mut rows = Vec::with_capacity(request.attempts.len());
+    let mut history = History::default();
     for attempt in &priced {
-        let k = attempt.index;
-        let is_retry = k > 0;
-        let span = attempt.span;
-
-        let estimated = if is_retry {
-            attempt.planned
-        } else {
-            Some(Decimal::ZERO)
-        };
-        let gap = is_retry && first_missing_retry_index < k;
-        let mut sum_too_large = false;
-        let cumulative = if is_retry {
-            let before = running_incremental;
-            running_incremental = running_incremental
-                .zip(estimated)
-                .and_then(|(a, b)| add_exact(a, b));
-            sum_too_large =
-                before.is_some() && estimated.is_some() && running_incremental.is_none();
-            running_incremental.filter(|_| !gap)
-        } else {
-            Some(Decimal::ZERO)
-        };
-        let remaining = env
-            .max_incremental_usd
-            .zip(cumulative)
-            .and_then(|(max, cum)| sub_exact(max, cum));
-
-        let unaudited_reason = audit(AuditInput {
-            envelope: &envelope,
-            snapshot,
-            group_ratio,
-            attempt,
-            sum_too_large,
-            first_missing: is_retry && first.is_none(),
-            gap,
-            earlier_retry_unpriced,
-            config,
-        });
-        let audited = unaudited_reason.is_none();
-
-        let mut violations = Vec::new();
-        if env.present {
-            if earlier_output_reached_client && env.replay_safe != Some(true) {
-                violations.push(Violation::ReplayUnsafe);
-            }
-            if env.max_attempts_after_first.is_some_and(|max| k > max) {
-                violations.push(Violation::OverAttempts);
-            }
-        }
-        let family_drift = env.present
-            && match (first.and_then(|f| f.family), attempt.family) {
-                (Some(original), Some(this)) if original != this => {
-                    env.allow_family_fallback != Some(true)
-                        || !env
-                            .allowed_fallback_families
-                            .as_ref()
-                            .is_some_and(|allowed| allowed.iter().any(|f| f == this))
-                }
-                _ => false,
-            };
-        let served_drift = served_model_drift(span);
-        if family_drift || served_drift {
-            violations.push(Violation::RoutingDrift);
-        }
-        if env.present {
-            if audited
-                && cumulative
-                    .zip(env.max_incremental_usd)
-                    .is_some_and(|(cum, max)| cum > max)
-            {
-                violations.push(Violation::OverEnvelope);
-            }
-            if is_retry {
-                if let (Some(sdk), Some(ours)) = (span.sdk_estimated_incremental_usd, estimated) {
-                    if sdk
-                        .checked_sub(ours)
-                        .is_none_or(|diff| diff.abs() > SDK_ESTIMATE_TOLERANCE_USD)
-                    {
-                        violations.push(Violation::SdkEstimateMismatch);
-                    }
-                }
-            }
-        }
-
-        let decision = if !is_retry {
-            Decision::FirstAttempt
-        } else if violations.contains(&Violation::ReplayUnsafe) {
-            Decision::ReplayUnsafe
-        } else if violations.contains(&Violation::OverAttempts) {
-            Decision::OverAttempts
-        } else if violations.contains(&Violation::RoutingDrift) {
-            Decision::RoutingDrift
-        } else if !audited {
-            Decision::Unaudited
-        } else if violations.contains(&Violation::OverEnvelope) {
-            Decision::OverEnvelope
-        } else {
-            Decision::WithinEnvelope
-        };
-
-        let spend_class = if !is_retry {
-            SpendClass::Base
-        } else if violations.contains(&Violation::RoutingDrift) {
-            SpendClass::Drift
-        } else if let Some(first) = first {
-            if first.span.request_model == span.request_model {
-                SpendClass::Retry
-            } else {
-                SpendClass::Fallback
-            }
-        } else {
-            SpendClass::Unknown
-        };
-
-        let row = AttemptRow {
-            event_time: nanos(span.start_time_unix_nano),
-            end_time: nanos(span.end_time_unix_nano),
-            trace_id: hex::encode(span.trace_id),
-            span_id: hex::encode(span.span_id),
-            request_id: request_id.clone(),
-            service_name: span.service_name.to_string(),
-            task_type: env.task_type.clone(),
-            billing_group: env.billing_group.clone(),
-            provider: span.provider.clone(),
-            attempt_index: k,
-            original_model: first.and_then(|f| f.span.request_model.clone()),
-            retry_model: span.request_model.clone(),
-            response_model: span.response_model.clone(),
-            original_family: first.and_then(|f| f.family.map(str::to_owned)),
-            retry_family: attempt.family.map(str::to_owned),
-            input_tokens: span.input_tokens.value(),
-            cached_input_tokens: span.cached_input_tokens.value(),
-            output_tokens: span.output_tokens.value(),
-            output_cap: span.output_cap.value(),
-            planned_attempt_usd: attempt.planned,
-            actual_attempt_usd: attempt.actual,
-            estimated_incremental_usd: estimated,
-            cumulative_incremental_usd: cumulative,
-            remaining_envelope_usd: remaining,
-            max_incremental_usd: env.max_incremental_usd,
-            group_ratio,
-            sdk_estimated_incremental_usd: span.sdk_estimated_incremental_usd,
-            sdk_remaining_envelope_usd: span.sdk_remaining_envelope_usd,
-            max_attempts_after_first: env.max_attempts_after_first,
-            pricing_version: env.pricing_version.clone(),
-            pricing_source: env.pricing_source.clone(),
-            pricing_digest: snapshot.map(|s| s.digest.clone()),
-            pricing_checked_at: env.pricing_checked_at,
-            spend_class,
-            decision,
-            decision_reason: String::new(),
-            audited,
-            unaudited_reason,
-            error_type: span.error_type.clone(),
-            sdk_decision_reason: span.sdk_decision_reason.clone(),
-            violations,
-            output_reached_client: span.output_reached_client,
-        };
-        if !already_written.contains(&span.span_id) {
-            let decision_reason = reason::sentence(&row);
-            rows.push(AttemptRow {
-                decision_reason,
-                ..row
+        let figures = history.figures(attempt, first_missing_retry_index, env.max_incremental_usd);
+        // Attempts already written are context only: their figures count, their row is not
+        // built again.
+        if !already_written.contains(&attempt.span.span_id) {
+            let unaudited_reason = audit(AuditInput {
+                envelope: &envelope,
+                snapshot,
+                group_ratio,
+                attempt,
+                sum_too_large: figures.sum_too_large,
+                first_missing: attempt.index > 0 && first.is_none(),
+                gap: figures.gap,
+                earlier_retry_unpriced: history.earlier_retry_unpriced,
+                config,
             });
+            let judged = Judged::new(
+                attempt,
+                &figures,
+                unaudited_reason,
+                &shared,
+                history.earlier_output_reached_client,
+            );
+            rows.push(build_row(attempt, &figures, judged, &shared));
         }
-
-        if is_retry && running_incremental.is_none() {
-            earlier_retry_unpriced = true;
-        }
-        earlier_output_reached_client |= span.output_reached_client == Some(true);
+        history.after(attempt);
     }
     rows
+}
+
+/// What every row of one request shares.
+struct Shared<'a> {
+    request_id: String,
+    attempt_source: AttemptSource,
+    envelope_source: Option<String>,
+    envelope: &'a Envelope,
+    snapshot: Option<&'a Snapshot>,
+    group_ratio: Option<Decimal>,
+    first: Option<&'a Priced<'a>>,
+}
+
+/// What the attempts before the current one left behind, in attempt order.
+struct History {
+    /// `cumulative_incremental_usd` so far, `None` once a retry's estimate is unknown (or the
+    /// sum cannot be held exactly).
+    running_incremental: Option<Decimal>,
+    earlier_retry_unpriced: bool,
+    earlier_output_reached_client: bool,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History {
+            running_incremental: Some(Decimal::ZERO),
+            earlier_retry_unpriced: false,
+            earlier_output_reached_client: false,
+        }
+    }
+}
+
+/// An attempt's incremental figures (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Figures {
+    estimated: Option<Decimal>,
+    cumulative: Option<Decimal>,
+    remaining: Option<Decimal>,
+    /// An index between 1 and k−1 never arrived.
+    gap: bool,
+    /// Adding this retry's estimate made the cumulative too large to hold exactly.
+    sum_too_large: bool,
+}
+
+impl History {
+    /// Adds `attempt`'s estimate to the running sum and returns its figures.
+    fn figures(
+        &mut self,
+        attempt: &Priced<'_>,
+        first_missing_retry_index: i32,
+        max_incremental_usd: Option<Decimal>,
+    ) -> Figures {
+        let k = attempt.index;
+        let (estimated, cumulative, gap, sum_too_large) = if k > 0 {
+            let estimated = attempt.planned;
+            let gap = first_missing_retry_index < k;
+            let before = self.running_incremental;
+            self.running_incremental = before.zip(estimated).and_then(|(a, b)| add_exact(a, b));
+            let sum_too_large =
+                before.is_some() && estimated.is_some() && self.running_incremental.is_none();
+            let cumulative = self.running_incremental.filter(|_| !gap);
+            (estimated, cumulative, gap, sum_too_large)
+        } else {
+            (Some(Decimal::ZERO), Some(Decimal::ZERO), false, false)
+        };
+        Figures {
+            estimated,
+            cumulative,
+            remaining: max_incremental_usd
+                .zip(cumulative)
+                .and_then(|(max, cum)| sub_exact(max, cum)),
+            gap,
+            sum_too_large,
+        }
+    }
+
+    /// Records what `attempt` means for the attempts after it.
+    fn after(&mut self, attempt: &Priced<'_>) {
+        if attempt.index > 0 && self.running_incremental.is_none() {
+            self.earlier_retry_unpriced = true;
+        }
+        self.earlier_output_reached_client |= attempt.span.output_reached_client == Some(true);
+    }
+}
+
+/// The judgement of one attempt: audit, violations, decision, spend class.
+struct Judged {
+    unaudited_reason: Option<UnauditedReason>,
+    violations: Vec<Violation>,
+    decision: Decision,
+    spend_class: SpendClass,
+}
+
+impl Judged {
+    fn new(
+        attempt: &Priced<'_>,
+        figures: &Figures,
+        unaudited_reason: Option<UnauditedReason>,
+        shared: &Shared<'_>,
+        earlier_output_reached_client: bool,
+    ) -> Judged {
+        let audited = unaudited_reason.is_none();
+        let span = attempt.span;
+        let violations = violations(&ViolationInput {
+            envelope: &shared.envelope.fields,
+            k: attempt.index,
+            earlier_output_reached_client,
+            original_family: shared.first.and_then(|f| f.family),
+            family: attempt.family,
+            served_drift: served_model_drift(span),
+            audited,
+            cumulative: figures.cumulative,
+            estimated: figures.estimated,
+            sdk_estimated: span.sdk_estimated_incremental_usd,
+        });
+        let decision = decision(attempt.index, &violations, audited);
+        let original_model = shared.first.map(|f| f.span.request_model.as_deref());
+        let spend_class = spend_class(
+            attempt.index,
+            &violations,
+            original_model,
+            span.request_model.as_deref(),
+        );
+        Judged {
+            unaudited_reason,
+            violations,
+            decision,
+            spend_class,
+        }
+    }
+}
+
+/// What the violations of one attempt depend on.
+#[derive(Clone, Copy)]
+struct ViolationInput<'a> {
+    envelope: &'a EnvelopeFields,
+    k: i32,
+    earlier_output_reached_client: bool,
+    /// Attempt 0's family, when it arrived and is known.
+    original_family: Option<&'a str>,
+    family: Option<&'a str>,
+    /// The gateway served another model than this attempt requested.
+    served_drift: bool,
+    audited: bool,
+    cumulative: Option<Decimal>,
+    estimated: Option<Decimal>,
+    sdk_estimated: Option<Decimal>,
+}
+
+/// Every violation that applies, in SPEC §4 order. Without an envelope only the served-model
+/// check of `routing_drift` applies.
+fn violations(input: &ViolationInput<'_>) -> Vec<Violation> {
+    let env = input.envelope;
+    let mut found = Vec::new();
+    if env.present && input.earlier_output_reached_client && env.replay_safe != Some(true) {
+        found.push(Violation::ReplayUnsafe);
+    }
+    if env.present
+        && env
+            .max_attempts_after_first
+            .is_some_and(|max| input.k > max)
+    {
+        found.push(Violation::OverAttempts);
+    }
+    let family_drift = env.present && family_drift(env, input.original_family, input.family);
+    if family_drift || input.served_drift {
+        found.push(Violation::RoutingDrift);
+    }
+    if env.present
+        && input.audited
+        && input
+            .cumulative
+            .zip(env.max_incremental_usd)
+            .is_some_and(|(cum, max)| cum > max)
+    {
+        found.push(Violation::OverEnvelope);
+    }
+    if env.present && input.k > 0 {
+        if let (Some(sdk), Some(ours)) = (input.sdk_estimated, input.estimated) {
+            if sdk
+                .checked_sub(ours)
+                .is_none_or(|diff| diff.abs() > SDK_ESTIMATE_TOLERANCE_USD)
+            {
+                found.push(Violation::SdkEstimateMismatch);
+            }
+        }
+    }
+    found
+}
+
+/// Both families known, different, and the envelope does not allow this one: missing
+/// `allow_family_fallback` means false and missing `allowed_fallback_families` none.
+fn family_drift(env: &EnvelopeFields, original: Option<&str>, family: Option<&str>) -> bool {
+    match (original, family) {
+        (Some(original), Some(this)) if original != this => {
+            env.allow_family_fallback != Some(true)
+                || !env
+                    .allowed_fallback_families
+                    .as_ref()
+                    .is_some_and(|allowed| allowed.iter().any(|f| f == this))
+        }
+        _ => false,
+    }
+}
+
+/// `first_attempt` for k = 0; otherwise the first that applies of `replay_unsafe`,
+/// `over_attempts`, `routing_drift`, `unaudited`, `over_envelope`, `within_envelope`.
+fn decision(k: i32, violations: &[Violation], audited: bool) -> Decision {
+    let has = |v: Violation| violations.contains(&v);
+    if k == 0 {
+        Decision::FirstAttempt
+    } else if has(Violation::ReplayUnsafe) {
+        Decision::ReplayUnsafe
+    } else if has(Violation::OverAttempts) {
+        Decision::OverAttempts
+    } else if has(Violation::RoutingDrift) {
+        Decision::RoutingDrift
+    } else if !audited {
+        Decision::Unaudited
+    } else if has(Violation::OverEnvelope) {
+        Decision::OverEnvelope
+    } else {
+        Decision::WithinEnvelope
+    }
+}
+
+/// `base` for k = 0; otherwise `drift` if `routing_drift` is listed, `unknown` if attempt 0
+/// never arrived (`original_model` is `None`), `retry` if it requested the same model, else
+/// `fallback`.
+fn spend_class(
+    k: i32,
+    violations: &[Violation],
+    original_model: Option<Option<&str>>,
+    model: Option<&str>,
+) -> SpendClass {
+    if k == 0 {
+        SpendClass::Base
+    } else if violations.contains(&Violation::RoutingDrift) {
+        SpendClass::Drift
+    } else {
+        match original_model {
+            None => SpendClass::Unknown,
+            Some(original) if original == model => SpendClass::Retry,
+            Some(_) => SpendClass::Fallback,
+        }
+    }
+}
+
+/// The row of one attempt, with its `decision_reason` sentence.
+fn build_row(
+    attempt: &Priced<'_>,
+    figures: &Figures,
+    judged: Judged,
+    shared: &Shared<'_>,
+) -> AttemptRow {
+    let span = attempt.span;
+    let env = &shared.envelope.fields;
+    let first = shared.first;
+    let mut row = AttemptRow {
+        event_time: nanos(span.start_time_unix_nano),
+        end_time: nanos(span.end_time_unix_nano),
+        trace_id: hex::encode(span.trace_id),
+        span_id: hex::encode(span.span_id),
+        request_id: shared.request_id.clone(),
+        service_name: span.service_name.to_string(),
+        task_type: env.task_type.clone(),
+        billing_group: env.billing_group.clone(),
+        provider: span.provider.clone(),
+        attempt_index: attempt.index,
+        original_model: first.and_then(|f| f.span.request_model.clone()),
+        retry_model: span.request_model.clone(),
+        response_model: span.response_model.clone(),
+        original_family: first.and_then(|f| f.family.map(str::to_owned)),
+        retry_family: attempt.family.map(str::to_owned),
+        input_tokens: span.input_tokens.value(),
+        cached_input_tokens: span.cached_input_tokens.value(),
+        output_tokens: span.output_tokens.value(),
+        output_cap: span.output_cap.value(),
+        planned_attempt_usd: attempt.planned,
+        actual_attempt_usd: attempt.actual,
+        estimated_incremental_usd: figures.estimated,
+        cumulative_incremental_usd: figures.cumulative,
+        remaining_envelope_usd: figures.remaining,
+        max_incremental_usd: env.max_incremental_usd,
+        group_ratio: shared.group_ratio,
+        sdk_estimated_incremental_usd: span.sdk_estimated_incremental_usd,
+        sdk_remaining_envelope_usd: span.sdk_remaining_envelope_usd,
+        max_attempts_after_first: env.max_attempts_after_first,
+        pricing_version: env.pricing_version.clone(),
+        pricing_source: env.pricing_source.clone(),
+        pricing_digest: shared.snapshot.map(|s| s.digest.clone()),
+        pricing_checked_at: env.pricing_checked_at,
+        spend_class: judged.spend_class,
+        decision: judged.decision,
+        decision_reason: String::new(),
+        audited: judged.unaudited_reason.is_none(),
+        unaudited_reason: judged.unaudited_reason,
+        error_type: span.error_type.clone(),
+        sdk_decision_reason: span.sdk_decision_reason.clone(),
+        violations: judged.violations,
+        output_reached_client: span.output_reached_client,
+        attempt_source: shared.attempt_source,
+        envelope_source: shared.envelope_source.clone(),
+    };
+    row.decision_reason = reason::sentence(&row);
+    row
 }
 
 fn price_attempt<'a>(
     span: &'a SpanFacts,
     index: i32,
+    book: &'a PricingBook,
     snapshot: Option<&'a Snapshot>,
     group_ratio: Option<Decimal>,
 ) -> Priced<'a> {
     let price = snapshot
         .zip(span.request_model.as_deref())
         .and_then(|(s, m)| s.models.get(m));
-    let family = span
-        .model_family
-        .as_deref()
-        .or_else(|| price.and_then(|p| p.family.as_deref()));
+    let family = model_family(span, price, book);
     let counts_invalid = usage_is_invalid(span);
     let cost = |output: Count| {
         let (price, ratio) = (price?, group_ratio?);
@@ -332,6 +561,23 @@ fn price_attempt<'a>(
         usage_invalid,
         planned: planned.filter(|_| !usage_invalid),
         actual: actual.filter(|_| !usage_invalid),
+    }
+}
+
+/// The attempt's model family (SPEC §2): its own attribute, else the pinned snapshot's family
+/// for the model (`price` is its row there), else the newest loaded snapshot's that lists the
+/// model. A family does not depend on a price, so drift is found even when pricing is unknown.
+fn model_family<'a>(
+    span: &'a SpanFacts,
+    price: Option<&'a ModelPrice>,
+    book: &'a PricingBook,
+) -> Option<&'a str> {
+    if let Some(family) = span.model_family.as_deref() {
+        return Some(family);
+    }
+    match price {
+        Some(listed) => listed.family.as_deref(),
+        None => book.newest_family(span.request_model.as_deref()?),
     }
 }
 
@@ -393,20 +639,25 @@ fn audit(input: AuditInput<'_>) -> Option<UnauditedReason> {
     let Some(_version) = &env.pricing_version else {
         return Some(R::PricingVersionMissing);
     };
+    // A `latest` policy with no snapshot old enough names no source or date to miss.
+    if input.envelope.latest_unresolved {
+        return Some(R::UnknownPricingVersion);
+    }
     let Some(source) = &env.pricing_source else {
         return Some(R::PricingSourceMissing);
     };
     let Some(checked_at) = env.pricing_checked_at else {
         return Some(R::PricingCheckedAtMissing);
     };
+    // `snapshot` is the one of this version and date when loaded, else the newest of the
+    // version: another date, or another source, is a mismatch.
     let Some(snapshot) = input.snapshot else {
         return Some(R::UnknownPricingVersion);
     };
     if *source != snapshot.source || checked_at != snapshot.checked_at {
         return Some(R::PricingMetadataMismatch);
     }
-    let span_date =
-        chrono::DateTime::from_timestamp_nanos(nanos(span.start_time_unix_nano)).date_naive();
+    let span_date = utc_date(span.start_time_unix_nano);
     if (span_date - checked_at).num_days() > input.config.max_pricing_age_days {
         return Some(R::PricingStale);
     }

@@ -7,6 +7,7 @@ use rust_decimal::Decimal;
 use super::*;
 use crate::assemble::GroupKey;
 use crate::contract::{parse_envelope_json, Count, EnvelopeFields, SpanKind};
+use crate::policy::PolicySet;
 use crate::pricing::Snapshot;
 use crate::record::UnauditedReason as R;
 
@@ -74,6 +75,7 @@ fn attempt(index: i32, model: &str) -> SpanFacts {
         sdk_estimated_incremental_usd: None,
         sdk_remaining_envelope_usd: None,
         sdk_decision_reason: None,
+        captured: Default::default(),
     }
 }
 
@@ -799,4 +801,857 @@ fn a_cumulative_too_large_to_hold_exactly_leaves_the_retries_unaudited() {
     assert_eq!(rows[2].decision, Decision::Unaudited);
     assert_eq!(rows[3].cumulative_incremental_usd, None);
     assert_eq!(rows[3].unaudited_reason, Some(R::EarlierAttemptUnpriced));
+}
+
+/// The shipped snapshot checked on another date, with `glm-5`'s output priced at `output`.
+fn snapshot_checked(checked_at: &str, output: &str) -> Snapshot {
+    let text = SNAPSHOT
+        .replace("2026-08-22", checked_at)
+        .replace(r#""output": "2.480""#, &format!(r#""output": "{output}""#));
+    Snapshot::from_bytes(format!("{checked_at}.json").as_ref(), text.as_bytes()).unwrap()
+}
+
+fn date(text: &str) -> Option<NaiveDate> {
+    NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()
+}
+
+#[test]
+fn pricing_metadata_mismatch_prices_by_the_dated_snapshot_else_the_newest_of_the_version() {
+    // Three snapshots of one version: 08-22 (shipped), 08-10 (output 0) and 08-24 (output 1).
+    let mut book = book();
+    book.insert(snapshot_checked("2026-08-10", "0")).unwrap();
+    book.insert(snapshot_checked("2026-08-24", "1")).unwrap();
+    let digest_of = |checked_at: &str| {
+        book.get_dated(VERSION, date(checked_at).unwrap())
+            .unwrap()
+            .digest
+            .clone()
+    };
+    // (envelope date, envelope source, reason, planned retry USD, digest of)
+    let cases = [
+        ("2026-08-22", SOURCE, None, "0.00766626", "2026-08-22"),
+        ("2026-08-10", SOURCE, None, "0.00568226", "2026-08-10"),
+        (
+            "2026-08-23",
+            SOURCE,
+            Some(R::PricingMetadataMismatch),
+            "0.00648226",
+            "2026-08-24",
+        ),
+        (
+            "2026-08-10",
+            "https://example.com/prices",
+            Some(R::PricingMetadataMismatch),
+            "0.00568226",
+            "2026-08-10",
+        ),
+    ];
+    for (checked_at, source, reason, planned, digest) in cases {
+        let env = env_with(|e| {
+            e.pricing_checked_at = date(checked_at);
+            e.pricing_source = Some(source.into());
+        });
+        let request = request_with(env, vec![attempt(0, "glm-5"), attempt(1, "glm-5")]);
+        let rows = evaluate(&request, &book, &RulesConfig::default());
+        let case = format!("{checked_at} {source}");
+        assert_eq!(rows[1].unaudited_reason, reason, "{case}");
+        assert_eq!(rows[1].planned_attempt_usd, Some(d(planned)), "{case}");
+        assert_eq!(rows[1].pricing_digest, Some(digest_of(digest)), "{case}");
+        // The row records the envelope's metadata as written, not the snapshot's.
+        assert_eq!(rows[1].pricing_checked_at, date(checked_at), "{case}");
+        assert_eq!(rows[1].pricing_source.as_deref(), Some(source), "{case}");
+    }
+}
+
+#[test]
+fn a_snapshot_only_of_other_versions_is_unknown_pricing_version_not_a_mismatch() {
+    let env = env_with(|e| e.pricing_version = Some("a42d372c".into()));
+    let rows = eval_with(env, vec![attempt(0, "glm-5"), attempt(1, "glm-5")]);
+    assert_eq!(rows[1].unaudited_reason, Some(R::UnknownPricingVersion));
+    assert_eq!(rows[1].pricing_digest, None);
+}
+
+#[test]
+fn audit_reasons_come_in_spec_order() {
+    // Each case breaks two things; the reason named is the earlier of the two in SPEC §4.
+    let no_cap = |a: SpanFacts| with(a, |a| a.output_cap = Count::Missing);
+    let no_input = |a: SpanFacts| with(a, |a| a.input_tokens = Count::Missing);
+    let stale = |a: SpanFacts| with(a, |a| a.start_time_unix_nano = T0 + 40 * DAY);
+    let cases: Vec<(&str, EnvelopeFields, SpanFacts, R)> = vec![
+        (
+            "incomplete before version missing",
+            env_with(|e| {
+                e.max_incremental_usd = None;
+                e.pricing_version = None;
+            }),
+            attempt(1, "glm-5"),
+            R::EnvelopeIncomplete,
+        ),
+        (
+            "version missing before source missing",
+            env_with(|e| {
+                e.pricing_version = None;
+                e.pricing_source = None;
+            }),
+            attempt(1, "glm-5"),
+            R::PricingVersionMissing,
+        ),
+        (
+            "source missing before checked_at missing",
+            env_with(|e| {
+                e.pricing_source = None;
+                e.pricing_checked_at = None;
+            }),
+            attempt(1, "glm-5"),
+            R::PricingSourceMissing,
+        ),
+        (
+            "checked_at missing before unknown version",
+            env_with(|e| {
+                e.pricing_checked_at = None;
+                e.pricing_version = Some("nope".into());
+            }),
+            attempt(1, "glm-5"),
+            R::PricingCheckedAtMissing,
+        ),
+        (
+            "unknown version before unknown billing group",
+            env_with(|e| {
+                e.pricing_version = Some("nope".into());
+                e.billing_group = Some("platinum".into());
+            }),
+            attempt(1, "glm-5"),
+            R::UnknownPricingVersion,
+        ),
+        (
+            "mismatch before stale",
+            env_with(|e| e.pricing_source = Some("elsewhere".into())),
+            stale(attempt(1, "glm-5")),
+            R::PricingMetadataMismatch,
+        ),
+        (
+            "stale before unknown billing group",
+            env_with(|e| e.billing_group = Some("platinum".into())),
+            stale(attempt(1, "glm-5")),
+            R::PricingStale,
+        ),
+        (
+            "unknown billing group before model not in pricing",
+            env_with(|e| e.billing_group = None),
+            attempt(1, "gpt-9"),
+            R::UnknownBillingGroup,
+        ),
+        (
+            "model not in pricing before output cap missing",
+            envelope(),
+            no_cap(attempt(1, "gpt-9")),
+            R::ModelNotInPricing,
+        ),
+        (
+            "output cap missing before input tokens missing",
+            envelope(),
+            no_input(no_cap(attempt(1, "glm-5"))),
+            R::OutputCapMissing,
+        ),
+        (
+            "input tokens missing before invalid usage",
+            envelope(),
+            with(no_input(attempt(1, "glm-5")), |a| {
+                a.output_tokens = Count::Value(-1)
+            }),
+            R::InputTokensMissing,
+        ),
+        (
+            "invalid usage before first attempt missing",
+            envelope(),
+            with(attempt(1, "glm-5"), |a| a.output_tokens = Count::Value(-1)),
+            R::InvalidUsage,
+        ),
+    ];
+    for (case, env, retry, reason) in cases {
+        // Only the retry is sent where the case is about first_attempt_missing's place.
+        let attempts = if reason == R::InvalidUsage {
+            vec![retry]
+        } else {
+            vec![attempt(0, "glm-5"), retry]
+        };
+        assert_eq!(reason_of(env, attempts), Some(reason), "{case}");
+    }
+}
+
+#[test]
+fn model_family_comes_from_the_attribute_else_the_pinned_snapshot_else_the_newest_listing() {
+    // A newer snapshot of another version renames glm-5's family and lists a model of its own.
+    let newer = SNAPSHOT
+        .replace(VERSION, "zz-newer")
+        .replace("2026-08-22", "2026-09-30")
+        .replace(r#""family": "glm""#, r#""family": "zhipu""#)
+        .replace(
+            r#""glm-5": {"#,
+            r#""minimax-m2": {"family": "minimax", "input": "1", "output": "1"}, "glm-5": {"#,
+        );
+    let mut book = book();
+    book.insert(Snapshot::from_bytes("newer.json".as_ref(), newer.as_bytes()).unwrap())
+        .unwrap();
+    let unknown_version = env_with(|e| e.pricing_version = Some("nope".into()));
+    let attribute = |family: &str| {
+        let family = family.to_owned();
+        move |a: &mut SpanFacts| a.model_family = Some(family)
+    };
+    /// (case, envelope, model, attribute, family)
+    type Case<'a> = (
+        &'a str,
+        EnvelopeFields,
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+    );
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "attribute wins",
+            envelope(),
+            "glm-5",
+            Some("custom"),
+            Some("custom"),
+        ),
+        ("pinned snapshot", envelope(), "glm-5", None, Some("glm")),
+        (
+            "pinned lacks the model",
+            envelope(),
+            "minimax-m2",
+            None,
+            Some("minimax"),
+        ),
+        (
+            "unknown version",
+            unknown_version,
+            "glm-5",
+            None,
+            Some("zhipu"),
+        ),
+        (
+            "no envelope",
+            EnvelopeFields::default(),
+            "glm-5",
+            None,
+            Some("zhipu"),
+        ),
+        ("listed nowhere", envelope(), "gpt-9", None, None),
+    ];
+    for (case, env, model, family_attribute, expected) in cases {
+        let mut retry = attempt(1, model);
+        if let Some(family) = family_attribute {
+            attribute(family)(&mut retry);
+        }
+        let request = request_with(env, vec![attempt(0, "glm-5"), retry]);
+        let rows = evaluate(&request, &book, &RulesConfig::default());
+        assert_eq!(rows[1].retry_family.as_deref(), expected, "{case}");
+    }
+}
+
+#[test]
+fn family_change_with_unknown_pricing_version_is_still_routing_drift() {
+    let env = env_with(|e| e.pricing_version = Some("nope".into()));
+    let rows = eval_with(
+        env,
+        vec![attempt(0, "qwen3.5-122b-a10b"), attempt(1, "kimi-k2.6")],
+    );
+    assert_eq!(rows[1].original_family.as_deref(), Some("qwen"));
+    assert_eq!(rows[1].retry_family.as_deref(), Some("kimi"));
+    assert_eq!(rows[1].violations, vec![Violation::RoutingDrift]);
+    assert_eq!(rows[1].decision, Decision::RoutingDrift);
+    assert_eq!(rows[1].spend_class, SpendClass::Drift);
+    assert_eq!(rows[1].unaudited_reason, Some(R::UnknownPricingVersion));
+    assert_eq!(rows[1].planned_attempt_usd, None);
+}
+
+#[test]
+fn attempt_source_is_declared_for_grouped_attempts_and_single_for_a_lone_span() {
+    let single = GroupKey::Single {
+        trace_id: [7; 16],
+        span_id: [1; 8],
+    };
+    let parent = GroupKey::Parent {
+        trace_id: [7; 16],
+        parent_span_id: Some([99; 8]),
+    };
+    let by_id = request_with(envelope(), vec![]).key;
+    for (key, expected) in [
+        (by_id, AttemptSource::Declared),
+        (parent, AttemptSource::Declared),
+        (single, AttemptSource::Single),
+    ] {
+        let mut request = request_with(envelope(), vec![attempt(0, "glm-5")]);
+        request.key = key.clone();
+        let rows = evaluate(&request, &book(), &RulesConfig::default());
+        assert_eq!(rows[0].attempt_source, expected, "{key:?}");
+    }
+}
+
+#[test]
+fn envelope_source_is_span_with_an_envelope_and_null_without() {
+    let cases = [
+        (envelope(), Some("span")),
+        (EnvelopeFields::default(), None),
+        (
+            EnvelopeFields {
+                task_type: Some("support_summary".into()),
+                ..Default::default()
+            },
+            None,
+        ),
+        (env_with(|e| e.max_incremental_usd = None), Some("span")),
+    ];
+    for (env, expected) in cases {
+        let rows = eval_with(env.clone(), vec![attempt(0, "glm-5")]);
+        assert_eq!(rows[0].envelope_source.as_deref(), expected, "{env:?}");
+    }
+}
+
+fn policies(text: &str) -> PolicySet {
+    PolicySet::parse([(std::path::PathBuf::from("p.toml"), text.to_owned())]).unwrap()
+}
+
+/// The seed's envelope as a policy for service `checkout`, with room for two retries.
+const CHECKOUT_POLICY: &str = r#"
+[[policy]]
+name = "checkout-summaries"
+match.service = "check*"
+match.model = "glm-*"
+[policy.envelope]
+pricing_version = "a42d372ccf0b5dd13ecf71203521f9d2"
+pricing_checked_at = "2026-08-22"
+pricing_source = "https://aiwave.live/api/pricing"
+billing_group = "vip"
+max_incremental_usd = "0.015"
+max_attempts_after_first = 2
+task_type = "from_policy"
+"#;
+
+fn eval_policies(
+    policy_text: &str,
+    env: EnvelopeFields,
+    attempts: Vec<SpanFacts>,
+) -> Vec<AttemptRow> {
+    evaluate_with(
+        &request_with(env, attempts),
+        &book(),
+        &policies(policy_text),
+        &RulesConfig::default(),
+    )
+}
+
+#[test]
+fn a_request_without_an_envelope_takes_the_first_matching_policy() {
+    let rows = eval_policies(
+        CHECKOUT_POLICY,
+        EnvelopeFields::default(),
+        vec![attempt(0, "glm-5"), attempt(1, "glm-5")],
+    );
+    let retry = &rows[1];
+    assert_eq!(
+        retry.envelope_source.as_deref(),
+        Some("policy:checkout-summaries")
+    );
+    assert!(retry.audited, "{:?}", retry.unaudited_reason);
+    assert_eq!(retry.decision, Decision::WithinEnvelope);
+    assert_eq!(retry.cumulative_incremental_usd, Some(d("0.00766626")));
+    assert_eq!(retry.max_incremental_usd, Some(d("0.015")));
+    assert_eq!(retry.billing_group.as_deref(), Some("vip"));
+    assert_eq!(retry.task_type.as_deref(), Some("from_policy"));
+    assert_eq!(retry.pricing_digest.as_ref().map(String::len), Some(64));
+    assert_eq!(rows[0].envelope_source, retry.envelope_source);
+}
+
+#[test]
+fn a_request_with_an_envelope_of_its_own_never_takes_a_policy() {
+    let env = env_with(|e| e.max_incremental_usd = None);
+    let rows = eval_policies(CHECKOUT_POLICY, env, vec![attempt(0, "glm-5")]);
+    assert_eq!(rows[0].envelope_source.as_deref(), Some("span"));
+    assert_eq!(rows[0].unaudited_reason, Some(R::EnvelopeIncomplete));
+}
+
+#[test]
+fn policy_task_type_only_fills_in_for_spans_that_name_none() {
+    let task_only = EnvelopeFields {
+        task_type: Some("support_summary".into()),
+        ..Default::default()
+    };
+    let cases = [
+        (task_only, Some("support_summary")),
+        (EnvelopeFields::default(), Some("from_policy")),
+    ];
+    for (env, expected) in cases {
+        let rows = eval_policies(CHECKOUT_POLICY, env, vec![attempt(0, "glm-5")]);
+        // A task type alone is no envelope: the policy still applies.
+        assert_eq!(
+            rows[0].envelope_source.as_deref(),
+            Some("policy:checkout-summaries")
+        );
+        assert_eq!(rows[0].task_type.as_deref(), expected);
+    }
+}
+
+#[test]
+fn policies_match_on_attempt_zero_service_and_model() {
+    // (case, attempts, policy applies)
+    let cases = [
+        (
+            "attempt 0 is glm",
+            vec![attempt(0, "glm-5"), attempt(1, "kimi-k2.6")],
+            true,
+        ),
+        (
+            "attempt 0 is kimi",
+            vec![attempt(0, "kimi-k2.6"), attempt(1, "glm-5")],
+            false,
+        ),
+        (
+            "other service",
+            vec![with(attempt(0, "glm-5"), |a| {
+                a.service_name = Arc::from("billing")
+            })],
+            false,
+        ),
+    ];
+    for (case, attempts, applies) in cases {
+        let rows = eval_policies(CHECKOUT_POLICY, EnvelopeFields::default(), attempts);
+        let expected = applies.then_some("policy:checkout-summaries");
+        assert_eq!(rows[0].envelope_source.as_deref(), expected, "{case}");
+        if !applies {
+            assert_eq!(rows[0].unaudited_reason, Some(R::NoEnvelope), "{case}");
+        }
+    }
+}
+
+#[test]
+fn policy_attributes_match_any_span_of_the_request() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use opentelemetry_proto::tonic::trace::v1::Span;
+    let text = r#"
+[[policy]]
+name = "prod-only"
+match.attributes = { "deployment.environment.name" = "prod" }
+[policy.envelope]
+max_incremental_usd = "1"
+"#;
+    let set = policies(text);
+    let read = |value: &str| {
+        let otlp = Span {
+            attributes: vec![crate::contract::kv(
+                "deployment.environment.name",
+                Value::StringValue(value.into()),
+            )],
+            ..Default::default()
+        };
+        SpanFacts::from_span_with(&otlp, &Arc::from("checkout"), &[], set.attribute_keys()).captured
+    };
+    for (env_name, on_logical, applies) in [
+        ("prod", false, true),
+        ("prod", true, true),
+        ("staging", false, false),
+    ] {
+        let mut request = request_with(
+            EnvelopeFields::default(),
+            vec![attempt(0, "glm-5"), attempt(1, "glm-5")],
+        );
+        match (on_logical, request.logical.as_mut()) {
+            (true, Some(logical)) => logical.captured = read(env_name),
+            _ => request.attempts[1].captured = read(env_name),
+        }
+        let rows = evaluate_with(&request, &book(), &set, &RulesConfig::default());
+        let expected = applies.then_some("policy:prod-only");
+        assert_eq!(
+            rows[0].envelope_source.as_deref(),
+            expected,
+            "{env_name} on logical: {on_logical}"
+        );
+    }
+}
+
+const LATEST_POLICY: &str = r#"
+[[policy]]
+name = "newest"
+[policy.envelope]
+pricing_version = "latest"
+billing_group = "vip"
+max_incremental_usd = "0.015"
+max_attempts_after_first = 2
+"#;
+
+#[test]
+fn latest_pins_the_newest_snapshot_checked_on_or_before_attempt_zero() {
+    // Snapshots: the shipped one of 2026-08-22, one of 08-24 (output 1) and one of 08-30.
+    let mut book = book();
+    book.insert(snapshot_checked("2026-08-24", "1")).unwrap();
+    book.insert(snapshot_checked("2026-08-30", "0")).unwrap();
+    let set = policies(LATEST_POLICY);
+    let starting = |day: u64| {
+        // T0 is 2026-08-25; attempt 0 starts `day` days later, its retry a second after.
+        vec![
+            with(attempt(0, "glm-5"), |a| {
+                a.start_time_unix_nano = T0 + day * DAY
+            }),
+            with(attempt(1, "glm-5"), |a| {
+                a.start_time_unix_nano = T0 + day * DAY + SECOND
+            }),
+        ]
+    };
+    // (attempt 0's day after T0, resolved date, planned retry USD)
+    let cases = [
+        (0, "2026-08-24", "0.00648226"),
+        (4, "2026-08-24", "0.00648226"),
+        (5, "2026-08-30", "0.00568226"),
+    ];
+    for (day, resolved, planned) in cases {
+        let request = request_with(EnvelopeFields::default(), starting(day));
+        let rows = evaluate_with(&request, &book, &set, &RulesConfig::default());
+        let retry = &rows[1];
+        let snapshot = book.get_dated(VERSION, date(resolved).unwrap()).unwrap();
+        assert_eq!(retry.pricing_version.as_deref(), Some(VERSION), "{day}");
+        assert_eq!(retry.pricing_checked_at, date(resolved), "{day}");
+        assert_eq!(retry.pricing_source.as_deref(), Some(SOURCE), "{day}");
+        assert_eq!(
+            retry.pricing_digest.as_ref(),
+            Some(&snapshot.digest),
+            "{day}"
+        );
+        assert_eq!(retry.planned_attempt_usd, Some(d(planned)), "{day}");
+        assert!(retry.audited, "{day}: {:?}", retry.unaudited_reason);
+        assert_eq!(retry.envelope_source.as_deref(), Some("policy:newest"));
+    }
+}
+
+#[test]
+fn latest_takes_the_greatest_version_among_snapshots_of_one_date() {
+    let mut book = book();
+    let other = SNAPSHOT
+        .replace(VERSION, "b-version")
+        .replace(r#""output": "2.480""#, r#""output": "0""#);
+    book.insert(Snapshot::from_bytes("b.json".as_ref(), other.as_bytes()).unwrap())
+        .unwrap();
+    let request = request_with(
+        EnvelopeFields::default(),
+        vec![attempt(0, "glm-5"), attempt(1, "glm-5")],
+    );
+    let rows = evaluate_with(
+        &request,
+        &book,
+        &policies(LATEST_POLICY),
+        &RulesConfig::default(),
+    );
+    assert_eq!(rows[1].pricing_version.as_deref(), Some("b-version"));
+    assert_eq!(rows[1].planned_attempt_usd, Some(d("0.00568226")));
+}
+
+#[test]
+fn latest_with_no_snapshot_old_enough_is_unknown_pricing_version() {
+    let before_any = |a: SpanFacts| with(a, |a| a.start_time_unix_nano = T0 - 10 * DAY);
+    let rows = eval_policies(
+        LATEST_POLICY,
+        EnvelopeFields::default(),
+        vec![
+            before_any(attempt(0, "glm-5")),
+            before_any(attempt(1, "glm-5")),
+        ],
+    );
+    for row in &rows {
+        assert_eq!(row.pricing_version.as_deref(), Some("latest"));
+        assert_eq!(row.unaudited_reason, Some(R::UnknownPricingVersion));
+        assert_eq!(row.pricing_source, None);
+        assert_eq!(row.pricing_checked_at, None);
+        assert_eq!(row.pricing_digest, None);
+        assert_eq!(row.planned_attempt_usd, None);
+        assert_eq!(row.group_ratio, None);
+    }
+    assert_eq!(rows[1].decision, Decision::Unaudited);
+    assert_eq!(rows[1].cumulative_incremental_usd, None);
+}
+
+#[test]
+fn latest_resolution_still_ages_into_pricing_stale() {
+    let late = |a: SpanFacts| with(a, |a| a.start_time_unix_nano = T0 + 40 * DAY);
+    let rows = eval_policies(
+        LATEST_POLICY,
+        EnvelopeFields::default(),
+        vec![late(attempt(0, "glm-5")), late(attempt(1, "glm-5"))],
+    );
+    assert_eq!(rows[1].pricing_checked_at, date("2026-08-22"));
+    assert_eq!(rows[1].unaudited_reason, Some(R::PricingStale));
+    assert_eq!(rows[1].planned_attempt_usd, Some(d("0.00766626")));
+}
+
+#[test]
+fn decision_takes_the_first_that_applies_in_spec_order() {
+    use Violation as V;
+    // (k, violations, audited, decision)
+    let cases = [
+        (
+            0,
+            vec![V::ReplayUnsafe, V::RoutingDrift],
+            false,
+            Decision::FirstAttempt,
+        ),
+        (
+            1,
+            vec![V::ReplayUnsafe, V::OverAttempts],
+            true,
+            Decision::ReplayUnsafe,
+        ),
+        (
+            1,
+            vec![V::OverAttempts, V::RoutingDrift],
+            false,
+            Decision::OverAttempts,
+        ),
+        (
+            1,
+            vec![V::RoutingDrift, V::OverEnvelope],
+            true,
+            Decision::RoutingDrift,
+        ),
+        (1, vec![V::RoutingDrift], false, Decision::RoutingDrift),
+        (2, vec![V::SdkEstimateMismatch], false, Decision::Unaudited),
+        (2, vec![V::OverEnvelope], true, Decision::OverEnvelope),
+        (
+            2,
+            vec![V::SdkEstimateMismatch],
+            true,
+            Decision::WithinEnvelope,
+        ),
+        (3, vec![], true, Decision::WithinEnvelope),
+    ];
+    for (k, violations, audited, expected) in cases {
+        assert_eq!(
+            decision(k, &violations, audited),
+            expected,
+            "{k} {violations:?} {audited}"
+        );
+    }
+}
+
+#[test]
+fn spend_class_is_base_drift_unknown_retry_or_fallback() {
+    let drift = [Violation::RoutingDrift];
+    /// (k, violations, attempt 0's model (outer None: never arrived), model, class)
+    type Case<'a> = (
+        i32,
+        &'a [Violation],
+        Option<Option<&'a str>>,
+        Option<&'a str>,
+        SpendClass,
+    );
+    let cases: [Case<'_>; 7] = [
+        (0, &drift, Some(Some("a")), Some("b"), SpendClass::Base),
+        (1, &drift, Some(Some("a")), Some("a"), SpendClass::Drift),
+        (1, &[], None, Some("a"), SpendClass::Unknown),
+        (1, &[], Some(Some("a")), Some("a"), SpendClass::Retry),
+        (1, &[], Some(Some("a")), Some("b"), SpendClass::Fallback),
+        (1, &[], Some(None), None, SpendClass::Retry),
+        (
+            1,
+            &[Violation::OverEnvelope],
+            Some(None),
+            Some("a"),
+            SpendClass::Fallback,
+        ),
+    ];
+    for (k, violations, original, model, expected) in cases {
+        assert_eq!(
+            spend_class(k, violations, original, model),
+            expected,
+            "{k} {violations:?} {original:?} {model:?}"
+        );
+    }
+}
+
+#[test]
+fn family_drift_needs_two_known_families_that_the_envelope_does_not_allow() {
+    let allowing = |allow: Option<bool>, families: Option<&[&str]>| EnvelopeFields {
+        allow_family_fallback: allow,
+        allowed_fallback_families: families.map(|f| f.iter().map(|s| s.to_string()).collect()),
+        ..envelope()
+    };
+    // (envelope, original family, family, drift)
+    let cases = [
+        (envelope(), Some("glm"), Some("qwen"), false),
+        (envelope(), Some("glm"), Some("kimi"), true),
+        (envelope(), Some("glm"), Some("glm"), false),
+        (envelope(), None, Some("kimi"), false),
+        (envelope(), Some("glm"), None, false),
+        (
+            allowing(None, Some(&["kimi"])),
+            Some("glm"),
+            Some("kimi"),
+            true,
+        ),
+        (
+            allowing(Some(false), Some(&["kimi"])),
+            Some("glm"),
+            Some("kimi"),
+            true,
+        ),
+        (allowing(Some(true), None), Some("glm"), Some("kimi"), true),
+        (
+            allowing(Some(true), Some(&["kimi"])),
+            Some("glm"),
+            Some("kimi"),
+            false,
+        ),
+    ];
+    for (env, original, family, expected) in cases {
+        assert_eq!(
+            family_drift(&env, original, family),
+            expected,
+            "{original:?} → {family:?} allow {:?} {:?}",
+            env.allow_family_fallback,
+            env.allowed_fallback_families
+        );
+    }
+}
+
+#[test]
+fn served_model_drift_is_literal_and_allows_dated_variants() {
+    // (requested, served, drift)
+    let cases = [
+        (Some("gpt-4o"), Some("gpt-4o"), false),
+        (Some("gpt-4o"), Some("gpt-4o-2024-08-06"), false),
+        (Some("gpt-4o"), Some("gpt-4o-mini"), false),
+        (Some("gpt-4o"), Some("openai/gpt-4o"), true),
+        (Some("gpt-4o"), Some("GPT-4o"), true),
+        (Some("gpt-4o"), Some("gpt-4o2"), true),
+        (Some("gpt-4o"), None, false),
+        (None, Some("gpt-4o"), false),
+    ];
+    for (requested, served, expected) in cases {
+        let span = with(attempt(0, "x"), |a| {
+            a.request_model = requested.map(str::to_owned);
+            a.response_model = served.map(str::to_owned);
+        });
+        assert_eq!(
+            served_model_drift(&span),
+            expected,
+            "{requested:?} served as {served:?}"
+        );
+    }
+}
+
+#[test]
+fn violations_are_listed_in_spec_order_and_only_served_drift_without_an_envelope() {
+    use Violation as V;
+    let base = ViolationInput {
+        envelope: &EnvelopeFields::default(),
+        k: 1,
+        earlier_output_reached_client: false,
+        original_family: Some("glm"),
+        family: Some("glm"),
+        served_drift: false,
+        audited: true,
+        cumulative: Some(d("0.01")),
+        estimated: Some(d("0.01")),
+        sdk_estimated: None,
+    };
+    let env = env_with(|e| {
+        e.max_attempts_after_first = Some(1);
+        e.max_incremental_usd = Some(d("0.015"));
+    });
+    let no_env = EnvelopeFields::default();
+    let everything = ViolationInput {
+        envelope: &env,
+        k: 2,
+        earlier_output_reached_client: true,
+        family: Some("kimi"),
+        cumulative: Some(d("0.02")),
+        sdk_estimated: Some(d("0.5")),
+        ..base
+    };
+    // (case, input, violations)
+    let cases = [
+        (
+            "nothing",
+            ViolationInput {
+                envelope: &env,
+                ..base
+            },
+            vec![],
+        ),
+        (
+            "every one, in order",
+            everything,
+            vec![
+                V::ReplayUnsafe,
+                V::OverAttempts,
+                V::RoutingDrift,
+                V::OverEnvelope,
+                V::SdkEstimateMismatch,
+            ],
+        ),
+        (
+            "no envelope: only served drift",
+            ViolationInput {
+                envelope: &no_env,
+                served_drift: true,
+                ..everything
+            },
+            vec![V::RoutingDrift],
+        ),
+        (
+            "no envelope, no served drift",
+            ViolationInput {
+                envelope: &no_env,
+                ..everything
+            },
+            vec![],
+        ),
+        (
+            "replay safe",
+            ViolationInput {
+                envelope: &env_with(|e| e.replay_safe = Some(true)),
+                earlier_output_reached_client: true,
+                ..base
+            },
+            vec![],
+        ),
+        (
+            "over the budget but unaudited",
+            ViolationInput {
+                envelope: &env,
+                audited: false,
+                cumulative: Some(d("0.02")),
+                ..base
+            },
+            vec![],
+        ),
+        (
+            "at the budget",
+            ViolationInput {
+                envelope: &env,
+                cumulative: Some(d("0.015")),
+                ..base
+            },
+            vec![],
+        ),
+        (
+            "sdk estimate within a micro-dollar",
+            ViolationInput {
+                envelope: &env,
+                sdk_estimated: Some(d("0.010001")),
+                ..base
+            },
+            vec![],
+        ),
+        (
+            "sdk estimate on the first attempt",
+            ViolationInput {
+                envelope: &env,
+                k: 0,
+                sdk_estimated: Some(d("0.5")),
+                ..base
+            },
+            vec![],
+        ),
+    ];
+    for (case, input, expected) in cases {
+        assert_eq!(violations(&input), expected, "{case}");
+    }
 }

@@ -46,6 +46,7 @@ pub fn replayed_rows() -> Vec<Row> {
     let engine = Engine {
         book: PricingBook::load_dir(Path::new(PRICING)).unwrap(),
         rules: RulesConfig::default(),
+        policies: Default::default(),
     };
     replay(
         &[PathBuf::from(EXAMPLE)],

@@ -48,6 +48,7 @@ fn span(trace: u8, span_id: u8, kind: SpanKind, request: &str) -> SpanFacts {
         sdk_estimated_incremental_usd: None,
         sdk_remaining_envelope_usd: None,
         sdk_decision_reason: None,
+        captured: Default::default(),
     }
 }
 

@@ -10,25 +10,32 @@ use proptest::prelude::*;
 use prost::Message;
 
 use super::*;
-use crate::contract::{kv, service_name, SpanFacts};
+use crate::contract::{kv, service_name, AttributeKeys, SpanFacts};
 
 /// What the decoded path reads: the reference the wire reader must agree with.
-fn decoded_facts(request: &ExportTraceServiceRequest) -> Vec<SpanFacts> {
+fn decoded_facts(request: &ExportTraceServiceRequest, keys: &AttributeKeys) -> Vec<SpanFacts> {
     let mut out = Vec::new();
     for rs in &request.resource_spans {
-        let service = service_name(rs.resource.as_ref().map_or(&[][..], |r| &r.attributes));
+        let resource = rs.resource.as_ref().map_or(&[][..], |r| &r.attributes);
+        let service = service_name(resource);
         for ss in &rs.scope_spans {
             for span in &ss.spans {
-                out.push(SpanFacts::from_span(span, &service));
+                out.push(SpanFacts::from_span_with(span, &service, resource, keys));
             }
         }
     }
     out
 }
 
-fn wire_facts(request: &ExportTraceServiceRequest) -> Vec<SpanFacts> {
+fn wire_facts_with(request: &ExportTraceServiceRequest, keys: &AttributeKeys) -> Vec<SpanFacts> {
     let bytes = Bytes::from(request.encode_to_vec());
-    read_export(&bytes, false).expect("valid protobuf").spans
+    read_export(&bytes, false, keys)
+        .expect("valid protobuf")
+        .spans
+}
+
+fn wire_facts(request: &ExportTraceServiceRequest) -> Vec<SpanFacts> {
+    wire_facts_with(request, &AttributeKeys::NONE)
 }
 
 const KEYS: &[&str] = &[
@@ -210,7 +217,15 @@ proptest! {
 
     #[test]
     fn the_wire_reader_reads_what_the_decoded_path_reads(request in request()) {
-        prop_assert_eq!(wire_facts(&request), decoded_facts(&request));
+        prop_assert_eq!(wire_facts(&request), decoded_facts(&request, &AttributeKeys::NONE));
+    }
+
+    #[test]
+    fn the_wire_reader_captures_what_policies_match_on(request in request()) {
+        let keys = AttributeKeys::new(
+            ["unrelated.key", attr::TASK_TYPE, "host.name", attr::REQUEST_MODEL].map(String::from),
+        );
+        prop_assert_eq!(wire_facts_with(&request, &keys), decoded_facts(&request, &keys));
     }
 
     #[test]
@@ -225,7 +240,7 @@ proptest! {
             bytes[i] ^= 0x5a;
             bytes.truncate(cut.index(bytes.len()));
         }
-        let _ = read_export(&Bytes::from(bytes), true);
+        let _ = read_export(&Bytes::from(bytes), true, &AttributeKeys::NONE);
     }
 }
 
@@ -262,7 +277,7 @@ fn raw_ranges_give_back_each_span_under_its_resource_and_scope() {
         }],
     };
     let bytes = Bytes::from(request.encode_to_vec());
-    let read = read_export(&bytes, true).unwrap();
+    let read = read_export(&bytes, true, &AttributeKeys::NONE).unwrap();
     assert_eq!(read.spans.len(), 3);
     assert_eq!(&*read.spans[0].service_name, "svc");
     let decoded: Vec<Span> = read
@@ -302,7 +317,7 @@ fn invalid_utf8_in_a_read_string_is_an_error() {
     let mut bytes = request.encode_to_vec();
     let at = bytes.windows(5).position(|w| w == b"glm-5").unwrap();
     bytes[at] = 0xff;
-    assert!(read_export(&Bytes::from(bytes), false).is_err());
+    assert!(read_export(&Bytes::from(bytes), false, &AttributeKeys::NONE).is_err());
 }
 
 #[test]

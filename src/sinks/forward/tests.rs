@@ -24,7 +24,7 @@ use tonic::{Code, Request, Response, Status};
 
 use super::{attr, enrich, start, ForwardError, ForwardObserver, ForwardOptions};
 use crate::contract::{self, kv};
-use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
+use crate::record::{AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation};
 
 fn usd(text: &str) -> Decimal {
     Decimal::from_str(text).expect("test decimal parses")
@@ -75,6 +75,8 @@ fn over_envelope_retry() -> AttemptRow {
         sdk_decision_reason: None,
         violations: vec![Violation::ReplayUnsafe, Violation::OverEnvelope],
         output_reached_client: Some(false),
+        attempt_source: AttemptSource::Declared,
+        envelope_source: Some("span".into()),
     }
 }
 

@@ -6,7 +6,7 @@ use rust_decimal::Decimal;
 
 use super::names::{self, Kind};
 use super::{router, serve, Health, Metrics};
-use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
+use crate::record::{AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation};
 
 fn usd(text: &str) -> Decimal {
     Decimal::from_str(text).expect("test decimal parses")
@@ -57,6 +57,8 @@ fn attempt(attempt_index: i32, decision: Decision, spend_class: SpendClass) -> A
         sdk_decision_reason: None,
         violations: Vec::new(),
         output_reached_client: None,
+        attempt_source: AttemptSource::Declared,
+        envelope_source: Some("span".into()),
     }
 }
 

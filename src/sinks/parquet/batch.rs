@@ -88,6 +88,8 @@ pub(super) fn batch_from_refs(rows: &[&AttemptRow]) -> Result<RecordBatch, Parqu
         Arc::new(BooleanArray::from_iter(
             rows.iter().map(|r| r.output_reached_client),
         )),
+        strings(rows, |r| Some(r.attempt_source.as_str())),
+        strings(rows, |r| r.envelope_source.as_deref()),
     ];
     Ok(RecordBatch::try_new(attempts_schema(), columns)?)
 }

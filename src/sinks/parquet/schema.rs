@@ -49,6 +49,8 @@ pub const ERROR_TYPE: &str = "error_type";
 pub const SDK_DECISION_REASON: &str = "sdk_decision_reason";
 pub const VIOLATIONS: &str = "violations";
 pub const OUTPUT_REACHED_CLIENT: &str = "output_reached_client";
+pub const ATTEMPT_SOURCE: &str = "attempt_source";
+pub const ENVELOPE_SOURCE: &str = "envelope_source";
 
 /// Name of the element field inside `violations`; "item" is what Arrow's own list builders use.
 pub const LIST_ITEM: &str = "item";
@@ -144,6 +146,8 @@ fn build_schema() -> Schema {
             false,
         ),
         Field::new(OUTPUT_REACHED_CLIENT, DataType::Boolean, true),
+        utf8(ATTEMPT_SOURCE, false),
+        utf8(ENVELOPE_SOURCE, true),
     ]);
     Schema::new(fields)
 }

@@ -18,7 +18,7 @@ use rust_decimal::Decimal;
 
 use super::schema::{self, attempts_schema};
 use super::{rows_to_batch, ParquetSink, ParquetSinkError, SinkOptions};
-use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
+use crate::record::{AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation};
 
 const NANOS_PER_SECOND: i64 = 1_000_000_000;
 /// 2025-03-14T12:00:00Z.
@@ -78,6 +78,8 @@ fn retry_at(event_time: i64, attempt_index: i32) -> AttemptRow {
         sdk_decision_reason: Some("within budget".into()),
         violations: vec![Violation::OverEnvelope, Violation::SdkEstimateMismatch],
         output_reached_client: Some(false),
+        attempt_source: AttemptSource::Declared,
+        envelope_source: Some("policy:support-summaries".into()),
     }
 }
 
@@ -126,6 +128,8 @@ fn unaudited_first_at(event_time: i64) -> AttemptRow {
         sdk_decision_reason: None,
         violations: Vec::new(),
         output_reached_client: None,
+        attempt_source: AttemptSource::Single,
+        envelope_source: None,
     }
 }
 
@@ -230,6 +234,8 @@ fn schema_has_every_spec_column_in_row_order() {
         ("sdk_decision_reason", DataType::Utf8, true),
         ("violations", list, false),
         ("output_reached_client", DataType::Boolean, true),
+        ("attempt_source", DataType::Utf8, false),
+        ("envelope_source", DataType::Utf8, true),
     ];
 
     let schema = attempts_schema();
@@ -334,7 +340,17 @@ fn every_value_round_trips_through_a_file() {
             schema::SDK_DECISION_REASON,
             row.sdk_decision_reason.as_deref(),
         );
+        expect_string(schema::ATTEMPT_SOURCE, Some(row.attempt_source.as_str()));
+        expect_string(schema::ENVELOPE_SOURCE, row.envelope_source.as_deref());
     }
+    assert_eq!(
+        strings(schema::ATTEMPT_SOURCE),
+        [Some("single".to_owned()), Some("declared".to_owned())]
+    );
+    assert_eq!(
+        strings(schema::ENVELOPE_SOURCE),
+        [None, Some("policy:support-summaries".to_owned())]
+    );
 
     assert_eq!(int64s(schema::INPUT_TOKENS), [None, Some(1200)]);
     assert_eq!(int64s(schema::CACHED_INPUT_TOKENS), [None, Some(200)]);
