@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use chrono::NaiveDate;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind as OtlpSpanKind;
 use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde_json::value::RawValue;
@@ -54,6 +55,12 @@ pub mod attr {
     pub const REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
     pub const ERROR_TYPE: &str = "error.type";
     pub const SERVICE_NAME: &str = "service.name";
+
+    pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
+    pub const LEGACY_HTTP_METHOD: &str = "http.method";
+    pub const HTTP_RESEND_COUNT: &str = "http.request.resend_count";
+    pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+    pub const LEGACY_HTTP_STATUS_CODE: &str = "http.status_code";
 
     pub const ROLE_LOGICAL_REQUEST: &str = "logical_request";
     pub const ROLE_ATTEMPT: &str = "attempt";
@@ -101,8 +108,17 @@ impl Count {
 pub enum SpanKind {
     LogicalRequest,
     Attempt,
-    /// A GenAI client span with no role, index or request id: a request of one attempt.
+    /// A GenAI client span with no role, index or request id: a request of one attempt, unless
+    /// inference (SPEC §2, "Attempts inferred from plain instrumentation") makes it part of a
+    /// larger one.
     SingleAttempt,
+    /// A GenAI span whose `retry_spend.span.role` or `retry_spend.request.id` cannot group it (an
+    /// unknown role, a request id of another type): a request of one attempt that inference
+    /// leaves alone, since declared attempts always win.
+    DeclaredSingle,
+    /// An HTTP client span (kind CLIENT, an HTTP method) that is no GenAI span: passed through,
+    /// unless inference makes it an attempt of the GenAI span above it. See [`HttpTry`].
+    HttpTry,
     /// Not ours: forwarded untouched, never a row.
     Passthrough,
 }
@@ -191,7 +207,10 @@ impl SpanFacts {
             sdk_decision_reason: None,
         };
         let mut role = None;
+        let mut has_role = false;
+        let mut has_request_id = false;
         let mut has_index = false;
+        let mut has_http_method = false;
         // Legacy names only fill in what the current name left empty, whatever the order.
         let mut legacy_system = None;
         let mut legacy_input = Count::Missing;
@@ -207,8 +226,14 @@ impl SpanFacts {
             };
             let env = &mut facts.envelope;
             match key.as_str() {
-                attr::SPAN_ROLE => role = string(value),
-                attr::REQUEST_ID => facts.request_id = request_id(value),
+                attr::SPAN_ROLE => {
+                    has_role = true;
+                    role = string(value);
+                }
+                attr::REQUEST_ID => {
+                    has_request_id = true;
+                    facts.request_id = request_id(value);
+                }
                 attr::ATTEMPT_INDEX => {
                     has_index = true;
                     facts.attempt_index = int(value)
@@ -242,6 +267,7 @@ impl SpanFacts {
                 attr::SDK_REMAINING_ENVELOPE_USD => facts.sdk_remaining_envelope_usd = money(value),
                 attr::SDK_DECISION_REASON => facts.sdk_decision_reason = string(value),
                 attr::TASK_TYPE => env.task_type = string(value),
+                attr::HTTP_REQUEST_METHOD | attr::LEGACY_HTTP_METHOD => has_http_method = true,
                 attr::ENVELOPE_JSON => {
                     facts.envelope_json = Some(match value {
                         Value::StringValue(json) => parse_envelope_json(json),
@@ -283,7 +309,11 @@ impl SpanFacts {
             Some(attr::ROLE_ATTEMPT) => SpanKind::Attempt,
             _ if has_index => SpanKind::Attempt,
             _ if facts.request_model.is_some() && facts.request_id.is_some() => SpanKind::Attempt,
+            _ if facts.request_model.is_some() && (has_role || has_request_id) => {
+                SpanKind::DeclaredSingle
+            }
             _ if facts.request_model.is_some() => SpanKind::SingleAttempt,
+            _ if has_http_method && span.kind == OtlpSpanKind::Client as i32 => SpanKind::HttpTry,
             _ => SpanKind::Passthrough,
         };
         facts
@@ -292,6 +322,85 @@ impl SpanFacts {
     /// Whether any source on this span names an envelope.
     pub fn has_envelope(&self) -> bool {
         self.envelope.present || self.envelope_json.as_ref().is_some_and(|j| j.present)
+    }
+}
+
+/// The compact facts of one HTTP client try ([`SpanKind::HttpTry`]): all that inference needs
+/// to make it an attempt of the GenAI span above it, so `serve` can hold many of them cheaply
+/// while it waits for that span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTry {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    pub parent_span_id: Option<SpanId>,
+    pub start_time_unix_nano: u64,
+    pub end_time_unix_nano: u64,
+    /// `http.request.resend_count`; `None` when absent or not a non-negative int32 (the
+    /// conventions omit it on the first try).
+    pub resend_count: Option<i32>,
+    /// `http.response.status_code`, else the legacy `http.status_code`.
+    pub status_code: Option<i64>,
+    /// The `error.type` attribute itself.
+    pub error_type: Option<String>,
+    /// The span status is ERROR.
+    pub status_error: bool,
+}
+
+impl HttpTry {
+    /// Reads the HTTP facts of `span`, whose `facts` are already read; `None` unless it is an
+    /// HTTP try. A second look at the attributes, paid only by HTTP client spans.
+    pub fn read(span: &Span, facts: &SpanFacts) -> Option<HttpTry> {
+        if facts.kind != SpanKind::HttpTry {
+            return None;
+        }
+        let mut resend_count = None;
+        let mut status_code = None;
+        let mut legacy_status_code = None;
+        let mut error_type = None;
+        for KeyValue { key, value, .. } in &span.attributes {
+            let Some(value) = value.as_ref().and_then(|v| v.value.as_ref()) else {
+                continue;
+            };
+            match key.as_str() {
+                attr::HTTP_RESEND_COUNT => {
+                    resend_count = int(value)
+                        .value()
+                        .and_then(|c| i32::try_from(c).ok())
+                        .filter(|c| *c >= 0);
+                }
+                attr::HTTP_RESPONSE_STATUS_CODE => status_code = int(value).value(),
+                attr::LEGACY_HTTP_STATUS_CODE => legacy_status_code = int(value).value(),
+                attr::ERROR_TYPE => error_type = string(value),
+                _ => {}
+            }
+        }
+        Some(HttpTry {
+            trace_id: facts.trace_id,
+            span_id: facts.span_id,
+            parent_span_id: facts.parent_span_id,
+            start_time_unix_nano: facts.start_time_unix_nano,
+            end_time_unix_nano: facts.end_time_unix_nano,
+            resend_count,
+            status_code: status_code.or(legacy_status_code),
+            error_type,
+            status_error: span
+                .status
+                .as_ref()
+                .is_some_and(|s| s.code == StatusCode::Error as i32),
+        })
+    }
+
+    /// The attempt's `error_type`: `error.type`, else an HTTP status of 400 or more, else
+    /// `_OTHER` when the span status is ERROR.
+    pub fn attempt_error_type(&self) -> Option<String> {
+        self.error_type
+            .clone()
+            .or_else(|| {
+                self.status_code
+                    .filter(|code| *code >= 400)
+                    .map(|code| code.to_string())
+            })
+            .or_else(|| self.status_error.then(|| attr::ERROR_TYPE_OTHER.to_owned()))
     }
 }
 

@@ -142,3 +142,13 @@ wire_enum! {
         EnvelopeConflict => "envelope_conflict",
     }
 }
+
+wire_enum! {
+    /// Where an attempt's grouping came from (SPEC §2).
+    AttemptSource {
+        Declared => "declared",
+        Single => "single",
+        HttpRetry => "http_retry",
+        SiblingRetry => "sibling_retry",
+    }
+}

@@ -292,6 +292,7 @@ fn request() -> BoxedStrategy<(Request, Vec<SpanFacts>)> {
                 logical: env.map(logical),
                 attempts,
                 evaluated: Vec::new(),
+                attempt_source: retry_spend_collector::record::AttemptSource::Declared,
             };
             (request, shuffled)
         })

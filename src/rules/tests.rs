@@ -103,6 +103,7 @@ fn request_with(env: EnvelopeFields, attempts: Vec<SpanFacts>) -> Request {
         logical: Some(logical(env)),
         attempts,
         evaluated: vec![],
+        attempt_source: crate::record::AttemptSource::Declared,
     }
 }
 
