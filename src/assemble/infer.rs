@@ -14,16 +14,21 @@ use crate::record::AttemptSource;
 
 /// Turns plain GenAI spans and HTTP tries into requests, each with its attempt source.
 ///
-/// The contract, the same for `replay` (its whole input at once) and `serve` (one trace, or one
-/// `(trace, parent)`, once its `group_wait` has passed):
+/// The contract, the same for `replay` (its whole input at once) and `serve` (one `(trace,
+/// parent)` once its `group_wait` has passed, or a whole trace):
 /// - `genai` are plain GenAI spans ([`crate::contract::SpanKind::SingleAttempt`]), each given
 ///   once: the caller drops spans seen before. Runs of failed siblings are formed among the spans
 ///   given with the same trace and parent, so give every GenAI span of a `(trace, parent)`
-///   together. Root spans never form runs.
-/// - `tries` are HTTP client tries. Those whose parent is one of `genai` become its attempts
-///   when it has two or more; the others are ignored here (they pass through untouched).
+///   together. Root spans never form runs; `serve` may give them one by one.
+/// - `tries` are HTTP client tries ([`HttpTry::read`]). Those whose parent is one of `genai`
+///   become its attempts when it has two or more; the others are ignored here (they pass
+///   through untouched), so `serve` can give just the tries held under those span ids.
 /// - Every span of `genai` ends up in exactly one request: as an attempt, or replaced by its
-///   tries. Requests are keyed [`GroupKey::Single`] by the span whose id is their `request_id`.
+///   tries. Requests are keyed [`GroupKey::Single`] by the span whose id is their `request_id`,
+///   carry no logical span and no earlier context, and their attempts have explicit indices, so
+///   [`crate::rules::evaluate`] judges them like declared ones.
+/// - A GenAI span given alone gets rule 1 only: `http_retry` with two or more tries, else
+///   `single` (a late sibling of an evaluated run).
 /// - The result does not depend on the order of either input; requests come sorted by key.
 pub fn infer(genai: Vec<SpanFacts>, tries: Vec<HttpTry>) -> Vec<Request> {
     let wanted: HashSet<(TraceId, SpanId)> =
@@ -58,7 +63,8 @@ pub fn infer(genai: Vec<SpanFacts>, tries: Vec<HttpTry>) -> Vec<Request> {
     requests
 }
 
-/// Plain GenAI spans and HTTP tries held until inference, each span counted once.
+/// Plain GenAI spans and HTTP tries held until inference, each span counted once: what `replay`
+/// holds for its whole input, and what `serve` can hold per trace.
 #[derive(Debug, Default)]
 pub struct PlainSpans {
     genai: Vec<SpanFacts>,

@@ -3,7 +3,7 @@
 //! [`Grouper`] holds spans until their request is complete; `replay` feeds it a whole input and
 //! drains everything, `serve` drains by time and attempt count. Both produce the same
 //! [`Request`]s, which is what makes their rows agree. Plain GenAI spans and HTTP tries go
-//! through [`infer`] instead, which finds the retries that plain instrumentation shows.
+//! through [`infer()`] instead, which finds the retries that plain instrumentation shows.
 
 pub mod infer;
 mod live;
