@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use chrono::NaiveDate;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind as OtlpSpanKind;
 use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde_json::value::RawValue;
@@ -56,6 +57,12 @@ pub mod attr {
     pub const REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
     pub const ERROR_TYPE: &str = "error.type";
     pub const SERVICE_NAME: &str = "service.name";
+
+    pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
+    pub const LEGACY_HTTP_METHOD: &str = "http.method";
+    pub const HTTP_RESEND_COUNT: &str = "http.request.resend_count";
+    pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+    pub const LEGACY_HTTP_STATUS_CODE: &str = "http.status_code";
 
     pub const ROLE_LOGICAL_REQUEST: &str = "logical_request";
     pub const ROLE_ATTEMPT: &str = "attempt";
@@ -103,8 +110,17 @@ impl Count {
 pub enum SpanKind {
     LogicalRequest,
     Attempt,
-    /// A GenAI client span with no role, index or request id: a request of one attempt.
+    /// A GenAI client span with no role, index or request id: a request of one attempt, unless
+    /// inference (SPEC §2, "Attempts inferred from plain instrumentation") makes it part of a
+    /// larger one.
     SingleAttempt,
+    /// A GenAI span whose `retry_spend.span.role` or `retry_spend.request.id` cannot group it (an
+    /// unknown role, a request id of another type): a request of one attempt that inference
+    /// leaves alone, since declared attempts always win.
+    DeclaredSingle,
+    /// An HTTP client span (kind CLIENT, an HTTP method) that is no GenAI span: passed through,
+    /// unless inference makes it an attempt of the GenAI span above it. See [`HttpTry`].
+    HttpTry,
     /// Not ours: forwarded untouched, never a row.
     Passthrough,
 }
@@ -172,6 +188,20 @@ pub struct SpanFacts {
     /// Span and resource attributes an envelope policy matches on; empty unless read with
     /// [`SpanFacts::from_span_with`] and keys.
     pub captured: CapturedAttributes,
+    /// What an HTTP client try ([`SpanKind::HttpTry`]) tells inference; `None` on other spans.
+    pub http: Option<Box<HttpFacts>>,
+}
+
+/// The HTTP attributes of a client try, read with the rest of the span.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpFacts {
+    /// `http.request.resend_count`; `None` when absent or not a non-negative int32.
+    pub resend_count: Option<i32>,
+    /// `http.response.status_code`, else the legacy `http.status_code`.
+    pub status_code: Option<i64>,
+    /// The `error.type` attribute itself (the span's `error_type` may be `_OTHER` from status).
+    pub error_type: Option<String>,
+    pub status_error: bool,
 }
 
 /// The attribute keys envelope policies name in `match.attributes`: the span reader keeps the
@@ -303,6 +333,7 @@ impl SpanFacts {
         let mut reader = FactsReader::new(Arc::clone(service_name));
         reader.ids(&span.trace_id, &span.span_id, &span.parent_span_id);
         reader.times(span.start_time_unix_nano, span.end_time_unix_nano);
+        reader.otlp_kind(span.kind);
         for KeyValue { key, value, .. } in &span.attributes {
             let value = value.as_ref().and_then(|v| v.value.as_ref());
             reader.attribute(key, value.map(ValueRef::from));
@@ -356,6 +387,67 @@ impl SpanFacts {
     /// Whether any source on this span names an envelope.
     pub fn has_envelope(&self) -> bool {
         self.envelope.present || self.envelope_json.as_ref().is_some_and(|j| j.present)
+    }
+}
+
+/// The compact facts of one HTTP client try ([`SpanKind::HttpTry`]): all that inference needs
+/// to make it an attempt of the GenAI span above it, so `serve` can hold many of them cheaply
+/// while it waits for that span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTry {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    pub parent_span_id: Option<SpanId>,
+    pub start_time_unix_nano: u64,
+    pub end_time_unix_nano: u64,
+    /// `http.request.resend_count`; `None` when absent or not a non-negative int32 (the
+    /// conventions omit it on the first try).
+    pub resend_count: Option<i32>,
+    /// `http.response.status_code`, else the legacy `http.status_code`.
+    pub status_code: Option<i64>,
+    /// The `error.type` attribute itself.
+    pub error_type: Option<String>,
+    /// The span status is ERROR.
+    pub status_error: bool,
+}
+
+impl HttpTry {
+    /// The HTTP try `facts` describe; `None` unless it is one. (`span` is the span they were
+    /// read from; the reader already kept its HTTP attributes.)
+    pub fn read(_span: &Span, facts: &SpanFacts) -> Option<HttpTry> {
+        HttpTry::of(facts)
+    }
+
+    /// The HTTP try of a span read by either reader; `None` unless it is one.
+    pub fn of(facts: &SpanFacts) -> Option<HttpTry> {
+        let http = facts
+            .http
+            .as_deref()
+            .filter(|_| facts.kind == SpanKind::HttpTry)?;
+        Some(HttpTry {
+            trace_id: facts.trace_id,
+            span_id: facts.span_id,
+            parent_span_id: facts.parent_span_id,
+            start_time_unix_nano: facts.start_time_unix_nano,
+            end_time_unix_nano: facts.end_time_unix_nano,
+            resend_count: http.resend_count,
+            status_code: http.status_code,
+            error_type: http.error_type.clone(),
+            status_error: http.status_error,
+        })
+    }
+
+    /// The attempt's `error_type`: `error.type`, else an HTTP status of 400 or more, else
+    /// `_OTHER` when the span status is ERROR.
+    pub fn attempt_error_type(&self) -> Option<String> {
+        self.error_type
+            .clone()
+            .or_else(|| {
+                self.status_code
+                    .filter(|code| *code >= 400)
+                    .map(|code| code.to_string())
+            })
+            .or_else(|| self.status_error.then(|| attr::ERROR_TYPE_OTHER.to_owned()))
     }
 }
 
@@ -455,7 +547,13 @@ impl<'a> From<&'a Value> for ValueRef<'a> {
 pub(crate) struct FactsReader {
     facts: SpanFacts,
     role: Option<String>,
+    has_role: bool,
+    has_request_id: bool,
     has_index: bool,
+    has_http_method: bool,
+    otlp_kind: i32,
+    http: HttpFacts,
+    legacy_status_code: Option<i64>,
     env: EnvelopeFields,
     // Legacy names only fill in what the current name left empty, whatever the order.
     legacy_system: Option<String>,
@@ -494,9 +592,16 @@ impl FactsReader {
                 sdk_remaining_envelope_usd: None,
                 sdk_decision_reason: None,
                 captured: CapturedAttributes::default(),
+                http: None,
             },
             role: None,
+            has_role: false,
+            has_request_id: false,
             has_index: false,
+            has_http_method: false,
+            otlp_kind: 0,
+            http: HttpFacts::default(),
+            legacy_status_code: None,
             env: EnvelopeFields::default(),
             legacy_system: None,
             legacy_input: Count::Missing,
@@ -525,6 +630,11 @@ impl FactsReader {
             .filter(|id| *id != [0; 8]);
     }
 
+    /// The OTLP span kind (CLIENT is 3).
+    pub(crate) fn otlp_kind(&mut self, kind: i32) {
+        self.otlp_kind = kind;
+    }
+
     pub(crate) fn times(&mut self, start: u64, end: u64) {
         self.start_time(start);
         self.end_time(end);
@@ -549,8 +659,23 @@ impl FactsReader {
         let facts = &mut self.facts;
         let env = &mut self.env;
         match key {
-            attr::SPAN_ROLE => self.role = string(value),
-            attr::REQUEST_ID => facts.request_id = request_id(value),
+            attr::SPAN_ROLE => {
+                self.has_role = true;
+                self.role = string(value);
+            }
+            attr::REQUEST_ID => {
+                self.has_request_id = true;
+                facts.request_id = request_id(value);
+            }
+            attr::HTTP_REQUEST_METHOD | attr::LEGACY_HTTP_METHOD => self.has_http_method = true,
+            attr::HTTP_RESEND_COUNT => {
+                self.http.resend_count = int(value)
+                    .value()
+                    .and_then(|c| i32::try_from(c).ok())
+                    .filter(|c| *c >= 0);
+            }
+            attr::HTTP_RESPONSE_STATUS_CODE => self.http.status_code = int(value).value(),
+            attr::LEGACY_HTTP_STATUS_CODE => self.legacy_status_code = int(value).value(),
             attr::ATTEMPT_INDEX => {
                 self.has_index = true;
                 facts.attempt_index = int(value)
@@ -611,7 +736,13 @@ impl FactsReader {
         let FactsReader {
             mut facts,
             role,
+            has_role,
+            has_request_id,
             has_index,
+            has_http_method,
+            otlp_kind,
+            mut http,
+            legacy_status_code,
             env,
             legacy_system,
             legacy_input,
@@ -631,6 +762,7 @@ impl FactsReader {
         if facts.output_tokens == Count::Missing {
             facts.output_tokens = legacy_output;
         }
+        let error_type_attribute = facts.error_type.clone();
         if facts.error_type.is_none() && status_error {
             facts.error_type = Some(attr::ERROR_TYPE_OTHER.to_owned());
         }
@@ -639,9 +771,19 @@ impl FactsReader {
             Some(attr::ROLE_ATTEMPT) => SpanKind::Attempt,
             _ if has_index => SpanKind::Attempt,
             _ if facts.request_model.is_some() && facts.request_id.is_some() => SpanKind::Attempt,
+            _ if facts.request_model.is_some() && (has_role || has_request_id) => {
+                SpanKind::DeclaredSingle
+            }
             _ if facts.request_model.is_some() => SpanKind::SingleAttempt,
+            _ if has_http_method && otlp_kind == OtlpSpanKind::Client as i32 => SpanKind::HttpTry,
             _ => SpanKind::Passthrough,
         };
+        if facts.kind == SpanKind::HttpTry {
+            http.status_code = http.status_code.or(legacy_status_code);
+            http.status_error = status_error;
+            http.error_type = error_type_attribute;
+            facts.http = Some(Box::new(http));
+        }
         facts
     }
 }

@@ -7,8 +7,11 @@ use std::path::{Path, PathBuf};
 
 use rust_decimal::Decimal;
 
-use crate::assemble::Grouper;
-use crate::pipeline::{ingest_with, Engine, IngestStats};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+
+use crate::assemble::{Grouper, Offer, PlainSpans};
+use crate::contract::{service_name, AttributeKeys, HttpTry, SpanFacts, SpanKind};
+use crate::pipeline::{Engine, IngestStats};
 use crate::record::{AttemptRow, Decision, SpendClass};
 use crate::sinks::parquet::{ParquetSink, ParquetSinkError, SinkOptions};
 
@@ -108,7 +111,8 @@ impl fmt::Display for ReplaySummary {
     }
 }
 
-/// Reads every input (`-` is stdin), groups across all of them, evaluates and writes Parquet.
+/// Reads every input (`-` is stdin), groups across all of them (inferring the attempts of plain
+/// instrumentation over the whole input), evaluates and writes Parquet.
 /// Malformed lines are collected in the summary (and passed to `on_bad_line` as they are found);
 /// the rest is processed.
 pub fn replay(
@@ -120,6 +124,7 @@ pub fn replay(
 ) -> Result<ReplaySummary, ReplayError> {
     let mut summary = ReplaySummary::default();
     let mut grouper = Grouper::default();
+    let mut plain = PlainSpans::default();
 
     for input in inputs {
         let name = input.display().to_string();
@@ -141,11 +146,11 @@ pub fn replay(
             }
             summary.lines += 1;
             match crate::contract::otlp_json::parse_request(line.as_bytes()) {
-                Ok(request) => summary.ingest.add(ingest_with(
+                Ok(request) => summary.ingest.add(take_spans(
                     &mut grouper,
+                    &mut plain,
                     &request,
                     engine.policies.attribute_keys(),
-                    |_| {},
                 )),
                 Err(e) => {
                     let bad = BadLine {
@@ -164,7 +169,7 @@ pub fn replay(
     // Rows go to the sink in large batches: a batch per request would pay the Arrow and Parquet
     // per-batch costs for every one to three rows.
     let mut rows = Vec::with_capacity(WRITE_BATCH_ROWS);
-    for request in grouper.drain_all() {
+    for request in grouper.drain_all().into_iter().chain(plain.infer()) {
         summary.requests += 1;
         let start = rows.len();
         rows.extend(engine.evaluate(&request));
@@ -177,4 +182,47 @@ pub fn replay(
     summary.files_written.extend(sink.write(&rows)?);
     summary.files_written.extend(sink.close()?);
     Ok(summary)
+}
+
+/// Offers every span of `request`: plain GenAI spans and HTTP tries are held for inference,
+/// everything else goes to the grouper.
+fn take_spans(
+    grouper: &mut Grouper,
+    plain: &mut PlainSpans,
+    request: &ExportTraceServiceRequest,
+    keys: &AttributeKeys,
+) -> IngestStats {
+    let mut stats = IngestStats::default();
+    for resource_spans in &request.resource_spans {
+        let resource = resource_spans
+            .resource
+            .as_ref()
+            .map_or(&[][..], |r| r.attributes.as_slice());
+        let service = service_name(resource);
+        for span in resource_spans.scope_spans.iter().flat_map(|s| &s.spans) {
+            stats.spans += 1;
+            let facts = SpanFacts::from_span_with(span, &service, resource, keys);
+            let counter = match facts.kind {
+                SpanKind::SingleAttempt => match plain.offer_genai(facts) {
+                    true => &mut stats.attempts,
+                    false => &mut stats.duplicates,
+                },
+                // HTTP tries count as other spans: most are no retries of anything.
+                SpanKind::HttpTry => {
+                    match HttpTry::read(span, &facts).map(|t| plain.offer_try(t)) {
+                        Some(false) => &mut stats.duplicates,
+                        _ => &mut stats.passthrough,
+                    }
+                }
+                _ => match grouper.offer(facts) {
+                    Offer::Attempt(_) => &mut stats.attempts,
+                    Offer::Logical => &mut stats.logical,
+                    Offer::Duplicate => &mut stats.duplicates,
+                    Offer::Passthrough => &mut stats.passthrough,
+                },
+            };
+            *counter += 1;
+        }
+    }
+    stats
 }

@@ -238,6 +238,7 @@ fn attempt(n: usize) -> BoxedStrategy<SpanFacts> {
                     sdk_remaining_envelope_usd: None,
                     sdk_decision_reason: None,
                     captured: Default::default(),
+                    http: None,
                 }
             },
         )
@@ -272,6 +273,7 @@ fn logical(env: EnvelopeFields) -> SpanFacts {
         sdk_remaining_envelope_usd: None,
         sdk_decision_reason: None,
         captured: Default::default(),
+        http: None,
     }
 }
 
@@ -294,6 +296,7 @@ fn request() -> BoxedStrategy<(Request, Vec<SpanFacts>)> {
                 logical: env.map(logical),
                 attempts,
                 evaluated: Vec::new(),
+                attempt_source: retry_spend_collector::record::AttemptSource::Declared,
             };
             (request, shuffled)
         })

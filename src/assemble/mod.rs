@@ -2,15 +2,19 @@
 //!
 //! [`Grouper`] holds spans until their request is complete; `replay` feeds it a whole input and
 //! drains everything, `serve` drains by time and attempt count. Both produce the same
-//! [`Request`]s, which is what makes their rows agree.
+//! [`Request`]s, which is what makes their rows agree. Plain GenAI spans and HTTP tries go
+//! through [`infer()`] instead, which finds the retries that plain instrumentation shows.
 
+pub mod infer;
 mod live;
 
+pub use infer::{infer, PlainSpans};
 pub use live::{Assembler, AssemblerOptions, Ready};
 
 use std::collections::VecDeque;
 
 use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
+use crate::record::AttemptSource;
 
 /// Maps keyed by ids from the wire: a fast keyed hash, still randomised per process so a
 /// client cannot choose colliding ids.
@@ -35,7 +39,9 @@ pub enum GroupKey {
         trace_id: TraceId,
         parent_span_id: Option<SpanId>,
     },
-    /// A GenAI client span with no contract attributes: a request of one attempt.
+    /// A request named by one span's id: a GenAI span with no contract attributes alone, or the
+    /// request inferred from it (SPEC §2, "Attempts inferred from plain instrumentation": the
+    /// GenAI span of an SDK's retry loop, the first span of a run of failed sibling calls).
     Single { trace_id: TraceId, span_id: SpanId },
 }
 
@@ -53,16 +59,16 @@ impl GroupKey {
                     parent_span_id: span.parent_span_id,
                 },
             }),
-            SpanKind::SingleAttempt => Some(GroupKey::Single {
+            SpanKind::SingleAttempt | SpanKind::DeclaredSingle => Some(GroupKey::Single {
                 trace_id: span.trace_id,
                 span_id: span.span_id,
             }),
-            SpanKind::LogicalRequest | SpanKind::Passthrough => None,
+            SpanKind::LogicalRequest | SpanKind::Passthrough | SpanKind::HttpTry => None,
         }
     }
 
     /// The `request_id` column: the request id, else the parent span id (else the trace id when
-    /// parentless attempts share a trace, else the span's own id for a single GenAI span).
+    /// parentless attempts share a trace, else the id of the span that names the request).
     pub fn request_id(&self) -> String {
         match self {
             GroupKey::RequestId { request_id, .. } => request_id.clone(),
@@ -97,6 +103,8 @@ pub struct Request {
     /// Attempts of the same request whose rows were already written (a late retry's earlier
     /// attempts): context for the rules, never rows again.
     pub evaluated: Vec<SpanFacts>,
+    /// Where the grouping came from: the `attempt_source` column.
+    pub attempt_source: AttemptSource,
 }
 
 impl Request {
@@ -180,9 +188,9 @@ impl Grouper {
 
     pub fn offer(&mut self, span: SpanFacts) -> Offer {
         match span.kind {
-            SpanKind::Passthrough => Offer::Passthrough,
+            SpanKind::Passthrough | SpanKind::HttpTry => Offer::Passthrough,
             SpanKind::LogicalRequest => self.offer_logical(span),
-            SpanKind::Attempt | SpanKind::SingleAttempt => {
+            SpanKind::Attempt | SpanKind::SingleAttempt | SpanKind::DeclaredSingle => {
                 let Some(key) = GroupKey::of(&span) else {
                     return Offer::Passthrough;
                 };
@@ -413,11 +421,16 @@ impl Grouper {
             }
         }
         evaluated.extend(already_written);
+        let attempt_source = match key {
+            GroupKey::Single { .. } => AttemptSource::Single,
+            GroupKey::RequestId { .. } | GroupKey::Parent { .. } => AttemptSource::Declared,
+        };
         Some(Request {
             key: key.clone(),
             logical,
             attempts,
             evaluated,
+            attempt_source,
         })
     }
 

@@ -250,6 +250,163 @@ fn roles_decide_the_span_kind() {
     );
 }
 
+fn client_span(attributes: Vec<KeyValue>) -> Span {
+    Span {
+        kind: OtlpSpanKind::Client as i32,
+        ..span(attributes)
+    }
+}
+
+#[test]
+fn http_client_spans_that_are_no_genai_spans_are_tries() {
+    let method = || kv(attr::HTTP_REQUEST_METHOD, s("POST"));
+    let cases = [
+        (
+            "current method name",
+            client_span(vec![method()]),
+            SpanKind::HttpTry,
+        ),
+        (
+            "legacy method name",
+            client_span(vec![kv(attr::LEGACY_HTTP_METHOD, s("POST"))]),
+            SpanKind::HttpTry,
+        ),
+        (
+            "not of kind CLIENT",
+            span(vec![method()]),
+            SpanKind::Passthrough,
+        ),
+        (
+            "no HTTP method",
+            client_span(vec![kv("url.full", s("http://x"))]),
+            SpanKind::Passthrough,
+        ),
+        (
+            "a GenAI span is never a try",
+            client_span(vec![method(), kv(attr::REQUEST_MODEL, s("m"))]),
+            SpanKind::SingleAttempt,
+        ),
+        (
+            "a declared attempt is never a try",
+            client_span(vec![method(), kv(attr::SPAN_ROLE, s("attempt"))]),
+            SpanKind::Attempt,
+        ),
+    ];
+    for (case, sp, kind) in cases {
+        assert_eq!(
+            SpanFacts::from_span(&sp, &Arc::from("svc")).kind,
+            kind,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn genai_span_with_an_unusable_role_or_request_id_is_a_declared_single() {
+    let model = || kv(attr::REQUEST_MODEL, s("m"));
+    for attrs in [
+        vec![model(), kv(attr::SPAN_ROLE, s("retry"))],
+        vec![model(), kv(attr::SPAN_ROLE, s(""))],
+        vec![model(), kv(attr::REQUEST_ID, Value::BoolValue(true))],
+    ] {
+        assert_eq!(
+            facts(attrs.clone()).kind,
+            SpanKind::DeclaredSingle,
+            "{attrs:?}"
+        );
+    }
+}
+
+fn http_try(attributes: Vec<KeyValue>, status_error: bool) -> HttpTry {
+    let mut sp = client_span(attributes);
+    sp.attributes.push(kv(attr::HTTP_REQUEST_METHOD, s("POST")));
+    if status_error {
+        sp.status = Some(Status {
+            code: StatusCode::Error as i32,
+            message: String::new(),
+        });
+    }
+    let f = SpanFacts::from_span(&sp, &Arc::from("svc"));
+    HttpTry::read(&sp, &f).expect("an HTTP try")
+}
+
+#[test]
+fn http_try_reads_resend_count_and_status_code_current_name_first() {
+    let cases = [
+        (vec![], None, None),
+        (
+            vec![kv(attr::HTTP_RESEND_COUNT, Value::IntValue(2))],
+            Some(2),
+            None,
+        ),
+        (
+            vec![kv(attr::HTTP_RESEND_COUNT, Value::IntValue(-1))],
+            None,
+            None,
+        ),
+        (
+            vec![kv(attr::HTTP_RESEND_COUNT, Value::IntValue(i64::MAX))],
+            None,
+            None,
+        ),
+        (
+            vec![kv(attr::LEGACY_HTTP_STATUS_CODE, Value::IntValue(500))],
+            None,
+            Some(500),
+        ),
+        (
+            vec![
+                kv(attr::LEGACY_HTTP_STATUS_CODE, Value::IntValue(500)),
+                kv(attr::HTTP_RESPONSE_STATUS_CODE, s("429")),
+            ],
+            None,
+            Some(429),
+        ),
+    ];
+    for (attrs, resend_count, status_code) in cases {
+        let t = http_try(attrs.clone(), false);
+        assert_eq!(
+            (t.resend_count, t.status_code),
+            (resend_count, status_code),
+            "{attrs:?}"
+        );
+    }
+}
+
+#[test]
+fn http_try_error_type_is_error_type_then_status_code_from_400_then_other() {
+    let code = |c| kv(attr::HTTP_RESPONSE_STATUS_CODE, Value::IntValue(c));
+    let cases = [
+        (
+            "error.type wins",
+            vec![kv(attr::ERROR_TYPE, s("timeout")), code(503)],
+            true,
+            Some("timeout"),
+        ),
+        ("status code from 400", vec![code(429)], false, Some("429")),
+        (
+            "status code over ERROR status",
+            vec![code(500)],
+            true,
+            Some("500"),
+        ),
+        ("a 3xx is no error", vec![code(307)], false, None),
+        ("ERROR status alone", vec![code(200)], true, Some("_OTHER")),
+        ("a success", vec![code(200)], false, None),
+    ];
+    for (case, attrs, status_error, expected) in cases {
+        let t = http_try(attrs, status_error);
+        assert_eq!(t.attempt_error_type().as_deref(), expected, "{case}");
+    }
+}
+
+#[test]
+fn only_http_tries_have_http_facts() {
+    let sp = span(vec![kv(attr::REQUEST_MODEL, s("m"))]);
+    let f = SpanFacts::from_span(&sp, &Arc::from("svc"));
+    assert_eq!(HttpTry::read(&sp, &f), None);
+}
+
 #[test]
 fn bad_index_and_count_values_are_missing_not_panics() {
     for bad in [
@@ -632,6 +789,7 @@ fn from_span_with_keeps_the_named_span_and_resource_attributes_in_string_form() 
     assert_eq!(
         SpanFacts {
             captured: Default::default(),
+            http: None,
             ..facts
         },
         plain

@@ -196,6 +196,8 @@ fn read_span(
             (1, LEN) => facts.trace_id(r.slice()?),
             (2, LEN) => facts.span_id(r.slice()?),
             (4, LEN) => facts.parent_span_id(r.slice()?),
+            // prost keeps an enum's 32 low bits.
+            (6, VARINT) => facts.otlp_kind(r.varint()? as i32),
             (7, I64) => facts.start_time(r.fixed64()?),
             (8, I64) => facts.end_time(r.fixed64()?),
             (9, LEN) => {

@@ -60,15 +60,6 @@ pub fn order_attempts(attempts: &mut [&SpanFacts]) -> Vec<i32> {
     }
 }
 
-/// How the request's attempts were recognised: grouped by declared attributes, or one lone
-/// GenAI span.
-pub fn attempt_source(key: &GroupKey) -> AttemptSource {
-    match key {
-        GroupKey::RequestId { .. } | GroupKey::Parent { .. } => AttemptSource::Declared,
-        GroupKey::Single { .. } => AttemptSource::Single,
-    }
-}
-
 /// Gives a request without an envelope of its own the first matching policy's. It is matched on
 /// attempt 0 (the first in order; the lowest index when 0 never arrived): its service and
 /// model, the request's task type, and every span's captured attributes.
@@ -173,7 +164,7 @@ pub fn evaluate_with(
 
     let shared = Shared {
         request_id,
-        attempt_source: attempt_source(&request.key),
+        attempt_source: request.attempt_source,
         envelope_source: envelope.source(),
         envelope: &envelope,
         snapshot,

@@ -76,6 +76,7 @@ fn attempt(index: i32, model: &str) -> SpanFacts {
         sdk_remaining_envelope_usd: None,
         sdk_decision_reason: None,
         captured: Default::default(),
+        http: None,
     }
 }
 
@@ -105,6 +106,7 @@ fn request_with(env: EnvelopeFields, attempts: Vec<SpanFacts>) -> Request {
         logical: Some(logical(env)),
         attempts,
         evaluated: vec![],
+        attempt_source: crate::record::AttemptSource::Declared,
     }
 }
 
@@ -1066,25 +1068,12 @@ fn family_change_with_unknown_pricing_version_is_still_routing_drift() {
 }
 
 #[test]
-fn attempt_source_is_declared_for_grouped_attempts_and_single_for_a_lone_span() {
-    let single = GroupKey::Single {
-        trace_id: [7; 16],
-        span_id: [1; 8],
-    };
-    let parent = GroupKey::Parent {
-        trace_id: [7; 16],
-        parent_span_id: Some([99; 8]),
-    };
-    let by_id = request_with(envelope(), vec![]).key;
-    for (key, expected) in [
-        (by_id, AttemptSource::Declared),
-        (parent, AttemptSource::Declared),
-        (single, AttemptSource::Single),
-    ] {
+fn attempt_source_is_the_requests() {
+    for source in AttemptSource::ALL {
         let mut request = request_with(envelope(), vec![attempt(0, "glm-5")]);
-        request.key = key.clone();
+        request.attempt_source = *source;
         let rows = evaluate(&request, &book(), &RulesConfig::default());
-        assert_eq!(rows[0].attempt_source, expected, "{key:?}");
+        assert_eq!(rows[0].attempt_source, *source);
     }
 }
 

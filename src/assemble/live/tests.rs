@@ -49,6 +49,7 @@ fn span(trace: u8, span_id: u8, kind: SpanKind, request: &str) -> SpanFacts {
         sdk_remaining_envelope_usd: None,
         sdk_decision_reason: None,
         captured: Default::default(),
+        http: None,
     }
 }
 
