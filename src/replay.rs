@@ -215,7 +215,7 @@ fn take_spans(
                     }
                 }
                 _ => match grouper.offer(facts) {
-                    Offer::Attempt(_) => &mut stats.attempts,
+                    Offer::Attempt(_) | Offer::Plain => &mut stats.attempts,
                     Offer::Logical => &mut stats.logical,
                     Offer::Duplicate => &mut stats.duplicates,
                     Offer::Passthrough => &mut stats.passthrough,

@@ -281,6 +281,12 @@ async fn metrics_count_what_was_sent_and_health_answers() {
         .as_deref(),
         Some("37")
     );
+    // The plain GenAI span of the example waits group_wait for siblings (SPEC §2): its row is
+    // counted once the collector has stopped, which evaluates everything pending.
+    let metrics = Arc::clone(&collector.metrics);
+    let rows = stop(collector, out.path()).await;
+    assert_eq!(rows.len(), EXAMPLE_ROWS);
+    let text = metrics.render();
     assert_eq!(
         metric(&text, r#"retry_spend_attempts_total{decision="over_envelope",spend_class="retry",task_type="code_patch",billing_group="vip"}"#).as_deref(),
         Some("1"),
@@ -303,8 +309,6 @@ async fn metrics_count_what_was_sent_and_health_answers() {
         metric(&text, "retry_spend_requests_pending").as_deref(),
         Some("0")
     );
-    let rows = stop(collector, out.path()).await;
-    assert_eq!(rows.len(), EXAMPLE_ROWS);
 }
 
 fn post(

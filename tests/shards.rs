@@ -67,3 +67,53 @@ async fn many_traces_give_the_same_rows_on_one_shard_and_on_four() {
     let four = rows_with_workers(4, many_traces(64)).await;
     assert_eq!(one, four);
 }
+
+/// The recordings of today's plain instrumentations, served one export per line and in reverse
+/// line order: `serve` infers the same attempts `replay` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_instrumentation_gives_the_replay_rows_in_serve() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/instrumented");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "the recordings are there");
+    for file in files {
+        let replayed = tempfile::tempdir().unwrap();
+        retry_spend_collector::replay::replay(
+            std::slice::from_ref(&file),
+            &retry_spend_collector::pipeline::Engine {
+                book: retry_spend_collector::pricing::PricingBook::load_dir(std::path::Path::new(
+                    common::collector::PRICING,
+                ))
+                .unwrap(),
+                ..Default::default()
+            },
+            replayed.path(),
+            retry_spend_collector::sinks::parquet::SinkOptions::default(),
+            |_| {},
+        )
+        .unwrap();
+        let expected = common::read_table(replayed.path()).1;
+        assert!(
+            expected
+                .iter()
+                .any(|r| r["attempt_source"] != "single" && r["attempt_source"] != "declared"),
+            "{} has inferred attempts",
+            file.display()
+        );
+        let mut requests: Vec<ExportTraceServiceRequest> = std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                retry_spend_collector::contract::otlp_json::parse_request(l.as_bytes()).unwrap()
+            })
+            .collect();
+        requests.reverse();
+        for workers in [1, 2] {
+            let rows = rows_with_workers(workers, requests.clone()).await;
+            assert_eq!(rows, expected, "{} on {workers} shards", file.display());
+        }
+    }
+}

@@ -52,6 +52,7 @@ pub fn check_request(request: &ExportTraceServiceRequest) {
         group_wait: Duration::from_secs(10),
         max_pending_requests: 3,
         finished_cache_requests: 4,
+        max_pending_bytes: 64 * 1024,
     });
     let now = Instant::now();
     let mut ready = Ready::default();
@@ -60,7 +61,7 @@ pub fn check_request(request: &ExportTraceServiceRequest) {
     }
     assembler.expire(now + Duration::from_secs(5), &mut ready);
     let mut live_rows = Vec::new();
-    for request in ready.requests.iter().chain(&assembler.drain_all()) {
+    for request in ready.requests.iter().chain(&assembler.drain_all().requests) {
         live_rows.extend(check_evaluation(request, book, &config));
     }
     check_batch(&live_rows);

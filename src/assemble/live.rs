@@ -8,8 +8,9 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::plain::PlainHold;
 use super::{GroupKey, Grouper, Offer, Request};
-use crate::contract::{SpanFacts, SpanId, TraceId};
+use crate::contract::{HttpTry, SpanFacts, SpanId, SpanKind, TraceId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AssemblerOptions {
@@ -39,11 +40,16 @@ pub struct Ready {
     pub requests: Vec<Request>,
     /// How many of them were evaluated early because the pending cap was hit.
     pub evicted: u64,
+    /// Plain GenAI spans and HTTP tries no longer held (inferred, or let go): those that made
+    /// no row are forwarded as they are.
+    pub consumed: Vec<(TraceId, SpanId)>,
 }
 
 #[derive(Debug)]
 pub struct Assembler {
     grouper: Grouper,
+    /// Plain GenAI spans and HTTP tries waiting for inference.
+    plain: PlainHold,
     options: AssemblerOptions,
     /// Deadline order of pending groups; the sequence number breaks ties and finds the entry.
     deadlines: BTreeMap<(Instant, u64), GroupKey>,
@@ -57,6 +63,10 @@ impl Assembler {
     pub fn new(options: AssemblerOptions) -> Assembler {
         Assembler {
             grouper: Grouper::with_finished_capacity(options.finished_cache_requests),
+            plain: PlainHold::new(
+                options.group_wait,
+                options.finished_cache_requests.saturating_mul(4),
+            ),
             options,
             deadlines: BTreeMap::new(),
             deadline_of: HashMap::new(),
@@ -83,7 +93,23 @@ impl Assembler {
         ready: &mut Ready,
         written: bool,
     ) -> Offer {
-        let logical_keys = (span.kind == crate::contract::SpanKind::LogicalRequest).then(|| {
+        match span.kind {
+            SpanKind::SingleAttempt if !written => {
+                let held = self.plain.offer_genai(span, now);
+                self.enforce_cap(ready);
+                return if held { Offer::Plain } else { Offer::Duplicate };
+            }
+            SpanKind::HttpTry => {
+                if let Some(try_) = HttpTry::of(&span) {
+                    self.plain.offer_try(try_, now);
+                    self.enforce_cap(ready);
+                }
+                // HTTP tries go on untouched whatever inference makes of them.
+                return Offer::Passthrough;
+            }
+            _ => {}
+        }
+        let logical_keys = (span.kind == SpanKind::LogicalRequest).then(|| {
             (
                 Grouper::keys_for_logical(&span),
                 span.trace_id,
@@ -116,7 +142,7 @@ impl Assembler {
                 }
                 self.enforce_cap(ready);
             }
-            Offer::Duplicate | Offer::Passthrough => {}
+            Offer::Duplicate | Offer::Passthrough | Offer::Plain => {}
         }
         offer
     }
@@ -124,6 +150,7 @@ impl Assembler {
     /// Groups whose wait has passed; logical spans that waited as long for attempts in vain are
     /// let go.
     pub fn expire(&mut self, now: Instant, ready: &mut Ready) {
+        self.plain.expire(now, ready);
         while let Some((&(deadline, seq), _)) = self.deadlines.first_key_value() {
             if deadline > now {
                 break;
@@ -144,12 +171,17 @@ impl Assembler {
         }
     }
 
-    /// Every pending group, e.g. at shutdown.
-    pub fn drain_all(&mut self) -> Vec<Request> {
+    /// Every pending group and held plain span, e.g. at shutdown.
+    pub fn drain_all(&mut self) -> Ready {
         self.deadlines.clear();
         self.deadline_of.clear();
         self.logical_arrivals.clear();
-        self.grouper.drain_all()
+        let mut ready = Ready {
+            requests: self.grouper.drain_all(),
+            ..Ready::default()
+        };
+        self.plain.drain_all(&mut ready);
+        ready
     }
 
     /// Remembers an evaluated request for late retries and re-sent spans (see
@@ -164,14 +196,19 @@ impl Assembler {
     }
 
     pub fn pending_requests(&self) -> usize {
-        self.grouper.pending_groups()
+        self.grouper.pending_groups() + self.plain.pending_runs()
     }
 
-    /// The earliest time a pending group becomes ready by waiting.
+    /// The earliest time a pending group or plain run becomes ready by waiting.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.deadlines
+        let groups = self
+            .deadlines
             .first_key_value()
-            .map(|(&(deadline, _), _)| deadline)
+            .map(|(&(deadline, _), _)| deadline);
+        match (groups, self.plain.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn touch(&mut self, key: &GroupKey, now: Instant) {
@@ -218,7 +255,16 @@ impl Assembler {
             {
                 continue;
             }
+            if !over_count
+                && self.plain.bytes() > self.grouper.pending_bytes()
+                && self.plain.evict_oldest(ready)
+            {
+                continue;
+            }
             let Some((_, key)) = self.deadlines.pop_first() else {
+                if self.plain.evict_oldest(ready) {
+                    continue;
+                }
                 break;
             };
             self.deadline_of.remove(&key);

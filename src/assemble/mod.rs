@@ -7,6 +7,7 @@
 
 pub mod infer;
 mod live;
+mod plain;
 
 pub use infer::{infer, PlainSpans};
 pub use live::{Assembler, AssemblerOptions, Ready};
@@ -175,6 +176,8 @@ pub enum Offer {
     Duplicate,
     /// Not part of the contract.
     Passthrough,
+    /// A plain GenAI span held for inference (`serve`; see [`Assembler`]).
+    Plain,
 }
 
 impl Grouper {

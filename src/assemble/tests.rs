@@ -61,7 +61,7 @@ fn two_hundred_thousand_attempts_of_one_request_are_assembled_live_in_linear_tim
         assembler.offer(facts, now, &mut ready);
     }
     let mut requests = ready.requests;
-    requests.extend(assembler.drain_all());
+    requests.extend(assembler.drain_all().requests);
     // Memory stays bounded: the request is evaluated in parts of at most the cap.
     assert_eq!(
         requests.len(),

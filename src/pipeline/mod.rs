@@ -108,6 +108,7 @@ pub fn ingest_with(
                 stats.attempts += 1;
                 on_attempt(&key);
             }
+            Offer::Plain => stats.attempts += 1,
             Offer::Logical => stats.logical += 1,
             Offer::Duplicate => stats.duplicates += 1,
             Offer::Passthrough => stats.passthrough += 1,

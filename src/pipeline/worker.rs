@@ -65,6 +65,8 @@ pub struct Worker {
     pending_reported: u64,
     group_lsns: FastMap<GroupKey, Lsns>,
     logical_lsns: FastMap<(TraceId, SpanId), u64>,
+    /// Plain GenAI spans and HTTP tries held for inference, and their log records.
+    plain_lsns: FastMap<(TraceId, SpanId), u64>,
     /// The LSN the next export will have: everything below it has reached the worker.
     next_lsn: u64,
     /// Rows of files a sink error abandoned: kept in the log until a restart recovers them.
@@ -105,6 +107,7 @@ impl Worker {
             pending_reported: 0,
             group_lsns: FastMap::default(),
             logical_lsns: FastMap::default(),
+            plain_lsns: FastMap::default(),
             next_lsn: 1,
             pinned_lsn: None,
             last_checkpoint: Instant::now(),
@@ -163,10 +166,8 @@ impl Worker {
             }
         }
         let pending = self.assembler.drain_all();
-        self.evaluate(Ready {
-            requests: pending,
-            evicted: 0,
-        });
+        self.evaluate(pending);
+        self.report_pending();
         self.flush_batch();
         self.close_sink();
         self.summary.all_written = self.summary.rows_lost == 0 && self.pinned_lsn.is_none();
@@ -188,6 +189,10 @@ impl Worker {
         for (i, facts) in part.spans.into_iter().enumerate() {
             let id = (facts.trace_id, facts.span_id);
             let is_logical = facts.kind == SpanKind::LogicalRequest;
+            if let (SpanKind::HttpTry, Some(lsn)) = (facts.kind, lsn) {
+                // Held for inference until its GenAI parent is evaluated or it is let go.
+                self.plain_lsns.entry(id).or_insert(lsn);
+            }
             let offer = if written.contains(&id) {
                 self.assembler.offer_written(facts, now, &mut ready)
             } else {
@@ -209,6 +214,14 @@ impl Worker {
                         if let Some(span) = raw_span() {
                             self.held.insert(id, span);
                         }
+                    }
+                }
+                Offer::Plain => {
+                    if let Some(lsn) = lsn {
+                        self.plain_lsns.entry(id).or_insert(lsn);
+                    }
+                    if let Some(span) = raw_span() {
+                        self.held.insert(id, span);
                     }
                 }
                 Offer::Duplicate => duplicates += 1,
@@ -270,6 +283,7 @@ impl Worker {
         let oldest_needed = [
             self.group_lsns.values().map(|r| r.min).min(),
             self.logical_lsns.values().copied().min(),
+            self.plain_lsns.values().copied().min(),
             self.sink.as_ref().and_then(ParquetSink::oldest_open_lsn),
             self.batch_lsns.map(|r| r.min),
             self.pinned_lsn,
@@ -318,6 +332,11 @@ impl Worker {
         }
         let mut rows: Vec<AttemptRow> = Vec::new();
         let mut lsns: Option<LsnRange> = None;
+        for id in &ready.consumed {
+            if let Some(lsn) = self.plain_lsns.remove(id) {
+                lsns = LsnRange::widen_optional(lsns, Some(LsnRange::single(lsn)));
+            }
+        }
         let requests = ready.requests.len() as u64;
         for request in ready.requests {
             if !request.evaluated.is_empty() {
@@ -332,12 +351,15 @@ impl Worker {
             self.assembler.finish(request);
         }
         self.summary.requests += requests;
+        self.forward_enriched(&rows);
+        // Plain spans that made no row of their own (the GenAI span of an SDK retry loop) go on
+        // as they came.
+        self.forward_unenriched(&ready.consumed);
         if rows.is_empty() {
             return;
         }
         self.summary.rows += rows.len() as u64;
         self.metrics.record_rows(&rows);
-        self.forward_enriched(&rows);
         self.batch.extend(rows);
         self.batch_lsns = LsnRange::widen_optional(self.batch_lsns, lsns);
         if self.batch.len() >= WRITE_BATCH_ROWS {
@@ -354,7 +376,22 @@ impl Worker {
         self.write_rows(rows, lsns);
     }
 
+    fn forward_unenriched(&mut self, ids: &[(TraceId, SpanId)]) {
+        let Some(forward) = &self.forward else { return };
+        let spans: Vec<_> = ids
+            .iter()
+            .filter_map(|id| self.held.remove(id))
+            .filter_map(|span| span.decode())
+            .collect();
+        if !spans.is_empty() {
+            forward.send(regroup(spans));
+        }
+    }
+
     fn forward_enriched(&mut self, rows: &[AttemptRow]) {
+        if rows.is_empty() {
+            return;
+        }
         let Some(forward) = &self.forward else { return };
         let mut batch = Vec::with_capacity(rows.len());
         for row in rows {

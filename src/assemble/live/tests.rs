@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::contract::{Count, EnvelopeFields, SpanKind};
+use crate::record::AttemptSource;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -230,7 +231,67 @@ fn drain_all_returns_every_pending_group() {
     let mut ready = Ready::default();
     a.offer(attempt(1, 1), t, &mut ready);
     a.offer(attempt(2, 1), t, &mut ready);
-    assert_eq!(a.drain_all().len(), 2);
+    assert_eq!(a.drain_all().requests.len(), 2);
     assert_eq!(a.pending_requests(), 0);
     assert_eq!(a.next_deadline(), None);
+}
+
+fn plain(trace: u8, span_id: u8, error: bool) -> SpanFacts {
+    let mut s = span(trace, span_id, SpanKind::SingleAttempt, "");
+    s.request_id = None;
+    s.attempt_index = None;
+    s.error_type = error.then(|| "429".to_owned());
+    s
+}
+
+fn http_try(trace: u8, span_id: u8, parent: u8) -> SpanFacts {
+    let mut s = span(trace, span_id, SpanKind::HttpTry, "");
+    s.request_id = None;
+    s.request_model = None;
+    s.attempt_index = None;
+    s.parent_span_id = Some([parent; 8]);
+    s.http = Some(Box::default());
+    s
+}
+
+#[test]
+fn failed_siblings_wait_group_wait_then_become_one_sibling_retry_request() {
+    let mut a = Assembler::new(options(10));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    assert_eq!(a.offer(plain(1, 1, true), t, &mut ready), Offer::Plain);
+    assert_eq!(a.offer(plain(1, 2, false), t, &mut ready), Offer::Plain);
+    assert_eq!(a.offer(plain(1, 2, false), t, &mut ready), Offer::Duplicate);
+    a.expire(t + WAIT - Duration::from_millis(1), &mut ready);
+    assert!(ready.requests.is_empty(), "still inside the wait");
+    a.expire(t + WAIT, &mut ready);
+    assert_eq!(ready.requests.len(), 1);
+    assert_eq!(
+        ready.requests[0].attempt_source,
+        AttemptSource::SiblingRetry
+    );
+    assert_eq!(ready.requests[0].attempts.len(), 2);
+    assert_eq!(ready.consumed.len(), 2);
+    assert_eq!(a.pending_requests(), 0);
+}
+
+#[test]
+fn http_tries_keep_their_genai_span_waiting_and_become_its_attempts() {
+    let mut a = Assembler::new(options(10));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    a.offer(plain(1, 1, false), t, &mut ready);
+    let later = t + Duration::from_secs(5);
+    assert_eq!(
+        a.offer(http_try(1, 10, 1), later, &mut ready),
+        Offer::Passthrough
+    );
+    a.offer(http_try(1, 11, 1), later, &mut ready);
+    a.expire(t + WAIT, &mut ready);
+    assert!(ready.requests.is_empty(), "a try arrived since");
+    a.expire(later + WAIT, &mut ready);
+    assert_eq!(ready.requests.len(), 1);
+    assert_eq!(ready.requests[0].attempt_source, AttemptSource::HttpRetry);
+    assert_eq!(ready.requests[0].attempts.len(), 2);
+    assert_eq!(ready.consumed.len(), 3, "the GenAI span and both tries");
 }
