@@ -95,6 +95,10 @@ struct LoadArgs {
     /// Connections the requests are spread over (gRPC multiplexes; HTTP uses one per sender).
     #[arg(long, default_value_t = 2)]
     connections: usize,
+    /// Leave `retry_spend.attempt_count` off the logical spans, as SDKs do: the collector then
+    /// holds every request for `group_wait`.
+    #[arg(long)]
+    no_attempt_count: bool,
 }
 
 #[derive(clap::Args)]
@@ -158,11 +162,12 @@ struct BenchArgs {
     #[arg(long, default_value_t = 262_144)]
     replay_spans: u64,
     /// Configurations to measure (comma separated): rotel, discard, wal-off, wal,
-    /// wal-interval, wal-fsync-off, http-discard, http-wal.
+    /// wal-interval, wal-fsync-off, http-discard, http-wal; a `-nac` suffix sends the load
+    /// without `retry_spend.attempt_count` and runs ours at `--group-wait 1s`.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "rotel,discard,wal-off,wal,wal-interval,wal-fsync-off,http-discard,http-wal"
+        default_value = "rotel,discard,wal-off,wal,wal-nac,wal-interval,wal-fsync-off,http-discard,http-wal"
     )]
     configs: Vec<String>,
     /// CPU core of the collector; the generator runs on the next one.
@@ -488,7 +493,11 @@ fn span_id(group: u32, index: u8) -> Vec<u8> {
 }
 
 /// Builds export request number `number` of the pool: `spans` spans of one service.
-fn build_request(number: usize, spans: usize) -> (ExportTraceServiceRequest, u64) {
+fn build_request(
+    number: usize,
+    spans: usize,
+    with_attempt_count: bool,
+) -> (ExportTraceServiceRequest, u64) {
     const SERVICES: [&str; 4] = [
         "support-bot",
         "code-agent",
@@ -553,8 +562,10 @@ fn build_request(number: usize, spans: usize) -> (ExportTraceServiceRequest, u64
         let mut attributes = vec![
             s("retry_spend.span.role", "logical_request"),
             s("retry_spend.request.id", &request_id),
-            int("retry_spend.attempt_count", attempts.len() as i64),
         ];
+        if with_attempt_count {
+            attributes.push(int("retry_spend.attempt_count", attempts.len() as i64));
+        }
         if let Some(env) = &envelope {
             attributes.extend(envelope_attributes(env));
         }
@@ -618,10 +629,14 @@ fn gen_ai_attributes(a: &Attempt) -> Vec<KeyValue> {
 }
 
 /// Encodes the pool and finds every trace id in the encoding.
-fn build_pool(size: usize, spans_per_request: usize) -> anyhow::Result<Vec<Template>> {
+fn build_pool(
+    size: usize,
+    spans_per_request: usize,
+    with_attempt_count: bool,
+) -> anyhow::Result<Vec<Template>> {
     (0..size.max(1))
         .map(|number| {
-            let (request, attempts) = build_request(number, spans_per_request);
+            let (request, attempts) = build_request(number, spans_per_request, with_attempt_count);
             let bytes = request.encode_to_vec();
             let spans = spans_per_request as u64;
             let patches = find_patches(&bytes);
@@ -693,7 +708,7 @@ fn nonce() -> u32 {
 }
 
 fn gen_jsonl(out: &Path, spans: u64, spans_per_request: usize) -> anyhow::Result<()> {
-    let pool = build_pool(16, spans_per_request)?;
+    let pool = build_pool(16, spans_per_request, true)?;
     let nonce = nonce();
     let file = fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut file = BufWriter::new(file);
@@ -967,7 +982,7 @@ fn load(
     duration: Option<Duration>,
     pid: Option<u32>,
 ) -> anyhow::Result<LoadReport> {
-    let pool = build_pool(args.pool, args.spans_per_request)?;
+    let pool = build_pool(args.pool, args.spans_per_request, !args.no_attempt_count)?;
     let per_request = args.spans_per_request.max(1) as u64;
     let max_requests = match (total_spans, duration) {
         (Some(spans), _) => spans.div_ceil(per_request),
@@ -1284,12 +1299,19 @@ struct Config {
     setup: Setup,
     protocol: Protocol,
     label: &'static str,
+    /// The load without `retry_spend.attempt_count` (suffix `-nac`), our collector at
+    /// `--group-wait 1s`.
+    no_attempt_count: bool,
 }
 
 fn parse_config(name: &str) -> anyhow::Result<Config> {
     let (protocol, base) = match name.strip_prefix("http-") {
         Some(base) => (Protocol::Http, base),
         None => (Protocol::Grpc, name),
+    };
+    let (base, no_attempt_count) = match base.strip_suffix("-nac") {
+        Some(base) => (base, true),
+        None => (base, false),
     };
     let (setup, label) = match base {
         "rotel" => (Setup::Rotel, "Rotel, blackhole exporter (decode + discard)"),
@@ -1306,11 +1328,21 @@ fn parse_config(name: &str) -> anyhow::Result<Config> {
         "wal-fsync-off" => (Setup::WalFsyncOff, "ours, Parquet + WAL, fsync off"),
         other => bail!("unknown configuration {other:?}"),
     };
+    let label = match (no_attempt_count, setup) {
+        (false, _) => label,
+        (true, Setup::Rotel) => "Rotel, blackhole, load without attempt_count",
+        (true, Setup::Discard) => "ours, `--sink none`, load without attempt_count",
+        (true, Setup::Wal) => {
+            "ours, Parquet + WAL, fsync always, no attempt_count, `--group-wait 1s`"
+        }
+        (true, _) => "ours, load without attempt_count, `--group-wait 1s`",
+    };
     Ok(Config {
         name: name.to_owned(),
         setup,
         protocol,
         label,
+        no_attempt_count,
     })
 }
 
@@ -1402,6 +1434,9 @@ impl Bench {
                 Setup::WalOff => args.extend(["--wal".into(), "off".into()]),
                 _ => {}
             }
+            if config.no_attempt_count {
+                args.extend(["--group-wait".into(), "1s".into()]);
+            }
             self.collector.clone()
         };
         let mut server = Pinned::spawn(
@@ -1420,7 +1455,11 @@ impl Bench {
             let _ = server.child.wait();
             return Err(e);
         }
-        let report = self.generate(addr, config.protocol, load, spans, server.pid());
+        let load = LoadArgs {
+            no_attempt_count: load.no_attempt_count || config.no_attempt_count,
+            ..load.clone()
+        };
+        let report = self.generate(addr, config.protocol, &load, spans, server.pid());
         let stopped = server.stop(Duration::from_secs(120));
         let report = report?;
         let (cpu_s, peak_rss_mib) = stopped?;
@@ -1486,6 +1525,7 @@ impl Bench {
                 "--pid".into(),
                 pid.to_string(),
             ])
+            .args(load.no_attempt_count.then_some("--no-attempt-count"))
             .stdin(Stdio::null())
             .output()
             .context("cannot run the generator")?;
@@ -1834,7 +1874,7 @@ fn render(
         "Load: {} spans per run in requests of {} spans (~{:.0} KiB each), {} in flight over {} connection(s); collector on core {}, generator on core {}; medians of {} runs (min–max).",
         args.total_spans,
         load.spans_per_request,
-        build_pool(1, load.spans_per_request).map_or(0.0, |p| p[0].bytes.len() as f64 / 1024.0),
+        build_pool(1, load.spans_per_request, true).map_or(0.0, |p| p[0].bytes.len() as f64 / 1024.0),
         load.concurrency,
         load.connections,
         args.collector_core,
@@ -1945,6 +1985,23 @@ fn render(
         line(format!(
             "| Parquet + WAL spans per CPU-s ≥ 0.8 × Rotel discard (same run) | {r:.2}× | {} |",
             verdict(r >= 0.8)
+        ));
+    }
+    if has("wal-nac") && has("rotel") {
+        let r = median(ratios(samples, "wal-nac", "rotel", cpu));
+        let abs = median(samples["wal-nac"].iter().map(cpu).collect());
+        line(format!(
+            "| no attempt_count, group_wait 1 s: Parquet + WAL ≥ 0.8 × Rotel (same run) and ≥ 300k spans per CPU-s | {r:.2}×, {} | {} |",
+            fmt_k(abs),
+            verdict(r >= 0.8 && abs >= 300_000.0)
+        ));
+    }
+    if let Some(runs) = samples.get("wal-nac") {
+        let peak = runs.iter().map(|s| s.peak_rss_mib).fold(0.0, f64::max);
+        line(format!(
+            "| peak RSS, no attempt_count, group_wait 1 s, {}-span run (worst run) ≤ 150 MiB | {peak:.0} MiB | {} |",
+            args.total_spans,
+            verdict(peak <= 150.0 && args.total_spans >= 2_000_000)
         ));
     }
     if has("wal") && has("discard") {
