@@ -22,9 +22,11 @@ use crate::record::AttemptSource;
 pub type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 
-/// What one group, finished entry or id costs beyond the spans it holds: map slots, the
-/// group key's copies, the span-id set. An estimate, for the byte budget.
-const GROUP_OVERHEAD_BYTES: usize = 256;
+/// What one group or finished entry costs beyond the spans it holds: its map slots (at the
+/// tables' load factor), the four or five copies of its key in the maps that index it, and
+/// the allocator's rounding. An estimate, for the byte budget; measured against RSS in
+/// BENCHMARKS.md.
+const GROUP_OVERHEAD_BYTES: usize = 512;
 const SPAN_ID_BYTES: usize = 16;
 
 /// What ties the attempts of one logical request together.
@@ -151,7 +153,7 @@ pub struct Grouper {
 #[derive(Debug, Default)]
 struct Group {
     attempts: Vec<SpanFacts>,
-    span_ids: FastSet<SpanId>,
+    span_ids: SpanIds,
     first_parent: Option<SpanId>,
     bytes: usize,
 }
@@ -159,10 +161,63 @@ struct Group {
 /// What is remembered of an evaluated request.
 #[derive(Debug, Default)]
 struct Finished {
-    logical: Option<SpanFacts>,
+    /// Boxed: most finished requests are looked up again never, and a `SpanFacts` inline would
+    /// make every slot of the finished map as large as one.
+    logical: Option<Box<SpanFacts>>,
     attempts: Vec<SpanFacts>,
-    span_ids: FastSet<SpanId>,
+    span_ids: SpanIds,
     bytes: usize,
+}
+
+/// The span ids of one request: a short list for the usual handful of attempts, a set past that
+/// (a hostile exporter can put any number of attempts in one request).
+#[derive(Debug)]
+enum SpanIds {
+    Few(Vec<SpanId>),
+    Many(Box<FastSet<SpanId>>),
+}
+
+impl Default for SpanIds {
+    fn default() -> Self {
+        SpanIds::Few(Vec::new())
+    }
+}
+
+/// Past this many ids a linear scan costs more than hashing.
+const FEW_SPAN_IDS: usize = 16;
+
+impl SpanIds {
+    fn contains(&self, id: &SpanId) -> bool {
+        match self {
+            SpanIds::Few(ids) => ids.contains(id),
+            SpanIds::Many(ids) => ids.contains(id),
+        }
+    }
+
+    /// Adds `id`; false when it was there already.
+    fn insert(&mut self, id: SpanId) -> bool {
+        match self {
+            SpanIds::Few(ids) if ids.contains(&id) => false,
+            SpanIds::Few(ids) if ids.len() < FEW_SPAN_IDS => {
+                ids.push(id);
+                true
+            }
+            SpanIds::Few(ids) => {
+                let mut set: FastSet<SpanId> = ids.drain(..).collect();
+                set.insert(id);
+                *self = SpanIds::Many(Box::new(set));
+                true
+            }
+            SpanIds::Many(ids) => ids.insert(id),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            SpanIds::Few(ids) => ids.len(),
+            SpanIds::Many(ids) => ids.len(),
+        }
+    }
 }
 
 /// What happened to a span offered to the [`Grouper`].
@@ -253,7 +308,7 @@ impl Grouper {
                     finished.bytes += bytes;
                     self.finished_bytes += bytes;
                     self.finished_logical.insert(id, key);
-                    finished.logical = Some(span);
+                    finished.logical = Some(Box::new(span));
                     return Offer::Logical;
                 }
             }
@@ -407,14 +462,16 @@ impl Grouper {
         if let Some(finished) = self.finished.get(key) {
             evaluated.clone_from(&finished.attempts);
             if logical.is_none() {
-                logical = finished.logical.clone();
+                logical = finished.logical.as_deref().cloned();
             }
         }
         if let Some(entry) = self.finished_entry(key) {
             // Ids now, so a copy arriving before `finish` is still a duplicate.
             let ids = already_written.iter().chain(&attempts).map(|a| a.span_id);
             let before = entry.span_ids.len();
-            entry.span_ids.extend(ids);
+            for id in ids {
+                entry.span_ids.insert(id);
+            }
             let bytes = (entry.span_ids.len() - before) * SPAN_ID_BYTES;
             entry.bytes += bytes;
             self.finished_bytes += bytes;
@@ -454,7 +511,7 @@ impl Grouper {
         if entry.logical.is_none() {
             if let Some(logical) = request.logical {
                 bytes += logical.retained_bytes();
-                entry.logical = Some(logical);
+                entry.logical = Some(Box::new(logical));
             }
         }
         entry.bytes += bytes;

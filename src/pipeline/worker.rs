@@ -310,20 +310,31 @@ impl Worker {
 
     /// Writes rows one partition at a time, so a failure keeps exactly the rows that did not
     /// reach a file for the next retry.
-    fn write_rows(&mut self, rows: Vec<AttemptRow>, lsns: Option<LsnRange>) {
-        let mut by_date: std::collections::BTreeMap<_, Vec<AttemptRow>> = Default::default();
-        for row in rows {
-            by_date.entry(row.partition_date()).or_default().push(row);
-        }
-        for (_, rows) in by_date {
+    fn write_rows(&mut self, mut rows: Vec<AttemptRow>, lsns: Option<LsnRange>) {
+        self.write_rows_from(&mut rows, lsns);
+    }
+
+    /// [`Worker::write_rows`] without giving up the vector, so the batch keeps its capacity.
+    /// Rows of one date are the rule: a stable sort of sorted rows moves nothing.
+    fn write_rows_from(&mut self, rows: &mut Vec<AttemptRow>, lsns: Option<LsnRange>) {
+        rows.sort_by_key(AttemptRow::partition_date);
+        let mut start = 0;
+        while start < rows.len() {
+            let date = rows[start].partition_date();
+            let end = rows[start..]
+                .iter()
+                .position(|r| r.partition_date() != date)
+                .map_or(rows.len(), |n| start + n);
             let Some(sink) = &mut self.sink else { return };
-            let result = sink.write_from_wal(&rows, lsns);
+            let result = sink.write_from_wal(&rows[start..end], lsns);
             let failed = result.is_err();
             self.after_sink(result.map(|files| files.len()), lsns);
             if failed {
-                self.unwritten.push((rows, lsns));
+                self.unwritten.push((rows[start..end].to_vec(), lsns));
             }
+            start = end;
         }
+        rows.clear();
     }
 
     fn evaluate(&mut self, ready: Ready) {
@@ -371,9 +382,10 @@ impl Worker {
         if self.batch.is_empty() {
             return;
         }
-        let rows = std::mem::replace(&mut self.batch, Vec::with_capacity(WRITE_BATCH_ROWS));
+        let mut rows = std::mem::take(&mut self.batch);
         let lsns = self.batch_lsns.take();
-        self.write_rows(rows, lsns);
+        self.write_rows_from(&mut rows, lsns);
+        self.batch = rows;
     }
 
     fn forward_unenriched(&mut self, ids: &[(TraceId, SpanId)]) {

@@ -36,6 +36,9 @@ const PARQUET_EXTENSION: &str = "parquet";
 /// restart reuses a pid and the clock went backwards).
 const NAME_ATTEMPTS: u32 = 64;
 
+/// Bytes of one column's data (or dictionary) page before it is compressed and set aside.
+const DATA_PAGE_BYTES: usize = 64 * 1024;
+
 /// When a file is complete. Whichever bound is reached first wins.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinkOptions {
@@ -546,7 +549,11 @@ fn writer_properties(options: &SinkOptions) -> WriterProperties {
     let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_dictionary_enabled(true)
-        .set_max_row_group_row_count(Some(options.row_group_rows));
+        .set_max_row_group_row_count(Some(options.row_group_rows))
+        // Each column buffers its current page uncompressed: 45 columns of 1 MiB pages (the
+        // default) would hold tens of MiB per open file.
+        .set_data_page_size_limit(DATA_PAGE_BYTES)
+        .set_dictionary_page_size_limit(DATA_PAGE_BYTES);
     for column in HIGH_CARDINALITY_COLUMNS {
         builder = builder.set_column_dictionary_enabled(ColumnPath::from(*column), false);
     }
