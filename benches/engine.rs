@@ -90,7 +90,7 @@ fn request_512() -> ExportTraceServiceRequest {
 fn example_logical_requests() -> Vec<Request> {
     let mut grouper = Grouper::with_finished_capacity(0);
     for request in example_requests() {
-        ingest(&mut grouper, &request, |_| {});
+        ingest(&mut grouper, &request);
     }
     grouper.drain_all()
 }
@@ -161,7 +161,7 @@ fn contract(c: &mut Criterion) {
         b.iter(|| {
             let request = ExportTraceServiceRequest::decode(black_box(&encoded[..])).unwrap();
             let mut grouper = Grouper::with_finished_capacity(0);
-            ingest(&mut grouper, &request, |_| {});
+            ingest(&mut grouper, &request);
             grouper
                 .drain_all()
                 .iter()

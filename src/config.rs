@@ -237,12 +237,15 @@ impl Default for OtlpForwardConfig {
 pub struct TelemetryConfig {
     /// Serves Prometheus text at `/metrics` and liveness at `/healthz`.
     pub metrics_addr: SocketAddr,
+    /// Distinct `task_type` and `billing_group` label values each; the rest count as `_other`.
+    pub max_label_values: usize,
 }
 
 impl Default for TelemetryConfig {
     fn default() -> Self {
         TelemetryConfig {
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            max_label_values: crate::sinks::metrics::DEFAULT_LABEL_VALUES,
         }
     }
 }
@@ -251,7 +254,9 @@ impl Default for TelemetryConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServiceConfig {
-    /// How long shutdown may take to evaluate buffered requests and complete open files.
+    /// How long shutdown waits for the forward queue to drain downstream. Evaluating buffered
+    /// requests and completing Parquet files are not cut short: they always finish, so nothing
+    /// accepted is lost.
     #[serde(deserialize_with = "duration::deserialize")]
     pub shutdown_timeout: Duration,
 }
@@ -544,6 +549,11 @@ impl Config {
             ABOVE_ZERO,
         );
         check(
+            self.telemetry.max_label_values > 0,
+            "telemetry.max_label_values",
+            ABOVE_ZERO,
+        );
+        check(
             rs.max_pending_bytes >= MIB,
             "processors.retry_spend.max_pending_bytes",
             "must be at least 1 MiB (1048576)",
@@ -596,9 +606,9 @@ impl Config {
         let fw = &self.exporters.otlp_forward;
         if let Some(endpoint) = &fw.endpoint {
             check(
-                endpoint.starts_with("http://") || endpoint.starts_with("https://"),
+                endpoint.to_ascii_lowercase().starts_with("http://"),
                 "exporters.otlp_forward.endpoint",
-                "must start with http:// or https:// (leave it empty to turn forwarding off)",
+                "must start with http:// (TLS to the downstream is not built in: put a TLS-terminating proxy or a local collector in between; leave it empty to turn forwarding off)",
             );
         }
         check(
@@ -1127,14 +1137,14 @@ mod tests {
 
     #[test]
     fn forward_endpoint_must_be_an_http_url() {
+        let msg = parse_err("[exporters.otlp_forward]\nendpoint = \"https://collector:4317\"\n");
+        assert!(msg.contains("must start with http://"), "{msg}");
         let msg = parse_err("[exporters.otlp_forward]\nendpoint = \"collector:4317\"\n");
         assert!(
-            msg.starts_with(
-                "test.toml: exporters.otlp_forward.endpoint: must start with http:// or https://"
-            ),
+            msg.starts_with("test.toml: exporters.otlp_forward.endpoint: must start with http://"),
             "{msg}"
         );
-        for ok in ["http://collector:4317", "https://collector:4317"] {
+        for ok in ["http://collector:4317", "HTTP://collector:4317"] {
             let c = parse(&format!("[exporters.otlp_forward]\nendpoint = {ok:?}\n")).unwrap();
             assert_eq!(c.exporters.otlp_forward.endpoint.as_deref(), Some(ok));
         }
@@ -1221,7 +1231,7 @@ mod tests {
             policies_dir: Some(PathBuf::from("/etc/policies")),
             output_dir: Some(PathBuf::from("/var/lib/retry-spend")),
             group_wait: Some(Duration::from_secs(20)),
-            forward_endpoint: Some("https://b:4317".to_owned()),
+            forward_endpoint: Some("http://b:4317".to_owned()),
             parquet_enabled: Some(false),
             wal_enabled: Some(false),
             workers: Some(3),
@@ -1247,7 +1257,7 @@ mod tests {
         assert_eq!(c.processors.retry_spend.group_wait, Duration::from_secs(20));
         assert_eq!(
             c.exporters.otlp_forward.endpoint.as_deref(),
-            Some("https://b:4317")
+            Some("http://b:4317")
         );
         c.validate("test.toml").unwrap();
     }

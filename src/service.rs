@@ -226,6 +226,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     let metrics_addr = metrics_listener.local_addr()?;
 
     let metrics = Metrics::new();
+    metrics.set_label_values_cap(config.telemetry.max_label_values);
     metrics.set_requests_pending_limit(processor.max_pending_requests as u64);
     let health = Health::new();
     let forward = &config.exporters.otlp_forward;

@@ -110,13 +110,6 @@ pub struct Request {
     pub attempt_source: AttemptSource,
 }
 
-impl Request {
-    /// Attempts the logical span says were made; the request is complete once they are here.
-    pub fn expected_attempts(&self) -> Option<u32> {
-        self.logical.as_ref().and_then(|l| l.attempt_count)
-    }
-}
-
 /// A request with more attempts than this is evaluated in parts as they arrive (live), and no
 /// more of its attempts are kept as context: no SDK retries that often, and a hostile client
 /// must not grow one request's memory without bound.
@@ -373,13 +366,6 @@ impl Grouper {
         self.logical_by_span.contains_key(&(trace_id, span_id))
     }
 
-    /// The logical request span of a group, if it has arrived, without taking it.
-    pub fn logical_for(&self, key: &GroupKey, attempts: &[SpanFacts]) -> Option<&SpanFacts> {
-        let first_parent = attempts.iter().find_map(|a| a.parent_span_id);
-        self.logical_key(key, first_parent)
-            .and_then(|k| self.logical_by_span.get(&k))
-    }
-
     /// `first_parent`: the parent span id of the group's first attempt that names one.
     fn logical_key(
         &self,
@@ -404,10 +390,6 @@ impl Grouper {
             GroupKey::Parent { .. } => by_parent(),
             GroupKey::Single { .. } => None,
         }
-    }
-
-    pub fn attempts(&self, key: &GroupKey) -> &[SpanFacts] {
-        self.groups.get(key).map_or(&[], |g| g.attempts.as_slice())
     }
 
     /// Whether the logical span has arrived and named an attempt count that is now reached. A

@@ -83,14 +83,9 @@ pub fn span_facts_with<'a>(
         })
 }
 
-/// Offers every span of `request` to `grouper`, calling `on_attempt` with each new attempt's
-/// group so the caller can track timing.
-pub fn ingest(
-    grouper: &mut Grouper,
-    request: &ExportTraceServiceRequest,
-    on_attempt: impl FnMut(&crate::assemble::GroupKey),
-) -> IngestStats {
-    ingest_with(grouper, request, &NO_KEYS, on_attempt)
+/// Offers every span of `request` to `grouper`.
+pub fn ingest(grouper: &mut Grouper, request: &ExportTraceServiceRequest) -> IngestStats {
+    ingest_with(grouper, request, &NO_KEYS)
 }
 
 /// [`ingest`], keeping the values of `keys` for envelope policies.
@@ -98,17 +93,12 @@ pub fn ingest_with(
     grouper: &mut Grouper,
     request: &ExportTraceServiceRequest,
     keys: &AttributeKeys,
-    mut on_attempt: impl FnMut(&crate::assemble::GroupKey),
 ) -> IngestStats {
     let mut stats = IngestStats::default();
     for facts in span_facts_with(request, keys) {
         stats.spans += 1;
         match grouper.offer(facts) {
-            Offer::Attempt(key) => {
-                stats.attempts += 1;
-                on_attempt(&key);
-            }
-            Offer::Plain => stats.attempts += 1,
+            Offer::Attempt(_) | Offer::Plain => stats.attempts += 1,
             Offer::Logical => stats.logical += 1,
             Offer::Duplicate => stats.duplicates += 1,
             Offer::Passthrough => stats.passthrough += 1,

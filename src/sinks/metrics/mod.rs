@@ -14,4 +14,4 @@ mod tests;
 
 pub use health::Health;
 pub use http::{router, serve, EXPOSITION_CONTENT_TYPE, HEALTH_PATH, METRICS_PATH};
-pub use registry::Metrics;
+pub use registry::{Metrics, DEFAULT_LABEL_VALUES, OTHER_LABEL_VALUE};

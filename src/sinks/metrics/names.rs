@@ -92,6 +92,10 @@ pub const UNAUDITED_ATTEMPTS: Family = counter(
     "retry_spend_unaudited_attempts_total",
     "Retries (attempt index > 0) the collector could not audit.",
 );
+pub const LABEL_VALUES_CAPPED: Family = counter(
+    "retry_spend_label_values_capped_total",
+    "Attempts counted under task_type or billing_group `_other` because the label already had its cap of distinct values.",
+);
 pub const VIOLATIONS: Family = counter(
     "retry_spend_violations_total",
     "Violations found on evaluated attempts, by violation.",

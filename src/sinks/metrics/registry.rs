@@ -35,7 +35,15 @@ pub struct Metrics {
     forward_spans: AtomicU64,
     forward_failures: AtomicU64,
     forward_dropped_spans: AtomicU64,
+    /// Distinct values `task_type` and `billing_group` may each take; 0 means the default.
+    label_values_cap: AtomicU64,
 }
+
+/// Distinct values a client-supplied label keeps before the rest are counted as `_other`: both
+/// come from spans, and a client must not be able to grow `/metrics` without bound.
+pub const DEFAULT_LABEL_VALUES: usize = 100;
+/// The label value that stands for every value past the cap.
+pub const OTHER_LABEL_VALUE: &str = "_other";
 
 /// The families derived from evaluated rows, under one lock so a scrape never sees a batch's
 /// attempts counted without its dollars.
@@ -45,6 +53,28 @@ struct EvaluatedTotals {
     incremental_usd: BTreeMap<&'static str, Decimal>,
     unaudited_retries: u64,
     violations: BTreeMap<&'static str, u64>,
+    task_types: std::collections::BTreeSet<String>,
+    billing_groups: std::collections::BTreeSet<String>,
+    capped: u64,
+}
+
+/// `value` itself while the label has room for it (or already has it), else `_other`.
+fn capped_label(
+    seen: &mut std::collections::BTreeSet<String>,
+    value: Option<&str>,
+    cap: usize,
+    capped: &mut u64,
+) -> String {
+    let value = value.unwrap_or_default();
+    if value.is_empty() || seen.contains(value) {
+        return value.to_owned();
+    }
+    if seen.len() < cap {
+        seen.insert(value.to_owned());
+        return value.to_owned();
+    }
+    *capped += 1;
+    OTHER_LABEL_VALUE.to_owned()
 }
 
 /// The labels of `retry_spend_attempts_total`, in label order so the map sorts like the output.
@@ -65,13 +95,25 @@ impl Metrics {
     /// violations. Only retries (attempt index > 0) carry incremental spend or count as
     /// unaudited; a first attempt is the base cost the retry envelope does not cover.
     pub fn record_rows(&self, rows: &[AttemptRow]) {
+        let cap = self.label_values_cap();
         let mut totals = lock(&self.evaluated);
+        let totals = &mut *totals;
         for row in rows {
             let key = AttemptKey {
                 decision: row.decision.as_str(),
                 spend_class: row.spend_class.as_str(),
-                task_type: row.task_type.clone().unwrap_or_default(),
-                billing_group: row.billing_group.clone().unwrap_or_default(),
+                task_type: capped_label(
+                    &mut totals.task_types,
+                    row.task_type.as_deref(),
+                    cap,
+                    &mut totals.capped,
+                ),
+                billing_group: capped_label(
+                    &mut totals.billing_groups,
+                    row.billing_group.as_deref(),
+                    cap,
+                    &mut totals.capped,
+                ),
             };
             *totals.attempts.entry(key).or_default() += 1;
             for violation in &row.violations {
@@ -91,6 +133,18 @@ impl Metrics {
                     totals.unaudited_retries += 1;
                 }
             }
+        }
+    }
+
+    /// Caps the distinct values of `task_type` and `billing_group` (`telemetry.max_label_values`).
+    pub fn set_label_values_cap(&self, cap: usize) {
+        self.label_values_cap.store(cap as u64, Ordering::Relaxed);
+    }
+
+    fn label_values_cap(&self) -> usize {
+        match self.label_values_cap.load(Ordering::Relaxed) {
+            0 => DEFAULT_LABEL_VALUES,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
         }
     }
 
@@ -261,6 +315,7 @@ impl Metrics {
             &names::UNAUDITED_ATTEMPTS,
             &totals.unaudited_retries.to_string(),
         );
+        out.single(&names::LABEL_VALUES_CAPPED, &totals.capped.to_string());
         out.family(&names::VIOLATIONS);
         for (violation, n) in &totals.violations {
             out.sample(

@@ -127,12 +127,13 @@ fn every_line_is_a_comment_or_a_sample_of_the_family_above_it() {
     metrics.record_rows(&[attempt(1, Decision::OverEnvelope, SpendClass::Retry)]);
     metrics.spans_received("grpc", 1);
     let text = metrics.render();
-    let mut current = "";
+    let mut current: Option<&str> = None;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
-            current = rest.split(' ').next().unwrap_or_default();
+            current = rest.split(' ').next();
         } else if !line.starts_with("# TYPE ") {
-            assert!(line.starts_with(current), "{line} outside {current}");
+            let family = current.unwrap_or_else(|| panic!("{line} comes before any # HELP"));
+            assert!(line.starts_with(family), "{line} outside {family}");
         }
     }
 }
@@ -401,4 +402,36 @@ async fn serves_metrics_and_healthz_over_http() {
         .await
         .expect("server task")
         .expect("server shuts down cleanly");
+}
+
+#[test]
+fn client_label_values_past_the_cap_count_as_other() {
+    let metrics = Metrics::new();
+    metrics.set_label_values_cap(2);
+    let rows: Vec<AttemptRow> = ["a", "b", "c", "a", "d"]
+        .iter()
+        .map(|task| {
+            let mut row = attempt(0, Decision::FirstAttempt, SpendClass::Base);
+            row.task_type = Some((*task).into());
+            row
+        })
+        .collect();
+    metrics.record_rows(&rows);
+    let text = metrics.render();
+    let attempts = samples(&text, "retry_spend_attempts_total");
+    let count = |task: &str| {
+        attempts
+            .iter()
+            .find(|l| l.contains(&format!("task_type=\"{task}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(count("a").as_deref(), Some("2"));
+    assert_eq!(count("b").as_deref(), Some("1"));
+    assert_eq!(count(super::OTHER_LABEL_VALUE).as_deref(), Some("2"));
+    assert_eq!(count("c"), None);
+    assert_eq!(
+        samples(&text, "retry_spend_label_values_capped_total"),
+        ["retry_spend_label_values_capped_total 2"]
+    );
 }
