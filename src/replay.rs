@@ -126,43 +126,44 @@ pub fn replay(
     let mut grouper = Grouper::default();
     let mut plain = PlainSpans::default();
 
+    let keys = engine.policies.attribute_keys();
+    let parsers = std::thread::available_parallelism().map_or(1, |n| n.get());
     for input in inputs {
         let name = input.display().to_string();
         let read_err = |source| ReplayError::Read {
             file: name.clone(),
             source,
         };
-        let reader: Box<dyn BufRead> = if input.as_os_str() == "-" {
-            Box::new(std::io::stdin().lock())
+        let reader: Box<dyn BufRead + Send> = if input.as_os_str() == "-" {
+            Box::new(BufReader::new(std::io::stdin()))
         } else {
             Box::new(BufReader::new(
                 std::fs::File::open(input).map_err(read_err)?,
             ))
         };
-        for (number, line) in reader.lines().enumerate() {
-            let line = line.map_err(read_err)?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            summary.lines += 1;
-            match crate::contract::otlp_json::parse_request(line.as_bytes()) {
-                Ok(request) => summary.ingest.add(take_spans(
-                    &mut grouper,
-                    &mut plain,
-                    &request,
-                    engine.policies.attribute_keys(),
-                )),
-                Err(e) => {
-                    let bad = BadLine {
-                        file: name.clone(),
-                        line: number + 1,
-                        reason: e.to_string(),
-                    };
-                    on_bad_line(&bad);
-                    summary.bad_lines.push(bad);
+        let mut offer = |chunk: Parsed| {
+            for line in chunk {
+                match line {
+                    Ok(spans) => {
+                        summary.lines += 1;
+                        summary
+                            .ingest
+                            .add(take_facts(&mut grouper, &mut plain, spans));
+                    }
+                    Err((number, reason)) => {
+                        summary.lines += 1;
+                        let bad = BadLine {
+                            file: name.clone(),
+                            line: number,
+                            reason,
+                        };
+                        on_bad_line(&bad);
+                        summary.bad_lines.push(bad);
+                    }
                 }
             }
-        }
+        };
+        parse_lines(reader, keys, parsers, &mut offer).map_err(read_err)?;
     }
 
     let mut sink = ParquetSink::new(output_dir, sink_options)?;
@@ -184,15 +185,93 @@ pub fn replay(
     Ok(summary)
 }
 
-/// Offers every span of `request`: plain GenAI spans and HTTP tries are held for inference,
-/// everything else goes to the grouper.
-fn take_spans(
-    grouper: &mut Grouper,
-    plain: &mut PlainSpans,
-    request: &ExportTraceServiceRequest,
+/// Each non-blank line of a chunk: its spans read into facts, or (line number, reason).
+type Parsed = Vec<Result<Vec<SpanFacts>, (usize, String)>>;
+
+/// Lines per chunk handed to a parser thread: enough to amortise the hand-over.
+const CHUNK_LINES: usize = 64;
+
+/// Reads `reader` line by line and parses the lines on `parsers` threads (JSON is most of
+/// replay's cost), handing each chunk's facts to `offer` in input order, so grouping sees the
+/// spans exactly as a sequential read would.
+fn parse_lines(
+    reader: Box<dyn BufRead + Send>,
     keys: &AttributeKeys,
-) -> IngestStats {
-    let mut stats = IngestStats::default();
+    parsers: usize,
+    offer: &mut dyn FnMut(Parsed),
+) -> std::io::Result<()> {
+    use std::sync::mpsc::{sync_channel, Receiver};
+    use std::sync::Mutex;
+
+    type Chunk = (usize, Vec<(usize, String)>);
+    let (work_tx, work_rx) = sync_channel::<Chunk>(parsers * 2);
+    let (done_tx, done_rx) = sync_channel::<(usize, Parsed)>(parsers * 2);
+    let work_rx: Mutex<Receiver<Chunk>> = Mutex::new(work_rx);
+    std::thread::scope(|scope| {
+        for _ in 0..parsers.max(1) {
+            let (work_rx, done_tx) = (&work_rx, done_tx.clone());
+            scope.spawn(move || loop {
+                // A poisoned lock means another parser panicked; stop taking work.
+                let next = match work_rx.lock() {
+                    Ok(rx) => rx.recv(),
+                    Err(_) => return,
+                };
+                let Ok((index, lines)) = next else { return };
+                let parsed = lines
+                    .into_iter()
+                    .map(|(number, line)| {
+                        crate::contract::otlp_json::parse_request(line.as_bytes())
+                            .map(|request| facts_of(&request, keys))
+                            .map_err(|e| (number, e.to_string()))
+                    })
+                    .collect();
+                if done_tx.send((index, parsed)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(done_tx);
+        let reading = scope.spawn(move || -> std::io::Result<()> {
+            let mut chunk = Vec::with_capacity(CHUNK_LINES);
+            let mut index = 0;
+            for (number, line) in reader.lines().enumerate() {
+                let line = line?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                chunk.push((number + 1, line));
+                if chunk.len() == CHUNK_LINES {
+                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_LINES));
+                    if work_tx.send((index, full)).is_err() {
+                        return Ok(());
+                    }
+                    index += 1;
+                }
+            }
+            if !chunk.is_empty() {
+                let _ = work_tx.send((index, chunk));
+            }
+            Ok(())
+        });
+        // Chunks finish out of order; hold the early ones until their turn.
+        let mut waiting = BTreeMap::new();
+        let mut next = 0;
+        for (index, parsed) in done_rx {
+            waiting.insert(index, parsed);
+            while let Some(parsed) = waiting.remove(&next) {
+                offer(parsed);
+                next += 1;
+            }
+        }
+        reading
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the replay reader panicked")))
+    })
+}
+
+/// Every span of `request` read into facts, with the policy attributes of `keys`.
+fn facts_of(request: &ExportTraceServiceRequest, keys: &AttributeKeys) -> Vec<SpanFacts> {
+    let mut out = Vec::new();
     for resource_spans in &request.resource_spans {
         let resource = resource_spans
             .resource
@@ -200,29 +279,36 @@ fn take_spans(
             .map_or(&[][..], |r| r.attributes.as_slice());
         let service = service_name(resource);
         for span in resource_spans.scope_spans.iter().flat_map(|s| &s.spans) {
-            stats.spans += 1;
-            let facts = SpanFacts::from_span_with(span, &service, resource, keys);
-            let counter = match facts.kind {
-                SpanKind::SingleAttempt => match plain.offer_genai(facts) {
-                    true => &mut stats.attempts,
-                    false => &mut stats.duplicates,
-                },
-                // HTTP tries count as other spans: most are no retries of anything.
-                SpanKind::HttpTry => {
-                    match HttpTry::read(span, &facts).map(|t| plain.offer_try(t)) {
-                        Some(false) => &mut stats.duplicates,
-                        _ => &mut stats.passthrough,
-                    }
-                }
-                _ => match grouper.offer(facts) {
-                    Offer::Attempt(_) | Offer::Plain => &mut stats.attempts,
-                    Offer::Logical => &mut stats.logical,
-                    Offer::Duplicate => &mut stats.duplicates,
-                    Offer::Passthrough => &mut stats.passthrough,
-                },
-            };
-            *counter += 1;
+            out.push(SpanFacts::from_span_with(span, &service, resource, keys));
         }
+    }
+    out
+}
+
+/// Offers every span of one line: plain GenAI spans and HTTP tries are held for inference,
+/// everything else goes to the grouper.
+fn take_facts(grouper: &mut Grouper, plain: &mut PlainSpans, spans: Vec<SpanFacts>) -> IngestStats {
+    let mut stats = IngestStats::default();
+    for facts in spans {
+        stats.spans += 1;
+        let counter = match facts.kind {
+            SpanKind::SingleAttempt => match plain.offer_genai(facts) {
+                true => &mut stats.attempts,
+                false => &mut stats.duplicates,
+            },
+            // HTTP tries count as other spans: most are no retries of anything.
+            SpanKind::HttpTry => match HttpTry::of(&facts).map(|t| plain.offer_try(t)) {
+                Some(false) => &mut stats.duplicates,
+                _ => &mut stats.passthrough,
+            },
+            _ => match grouper.offer(facts) {
+                Offer::Attempt(_) | Offer::Plain => &mut stats.attempts,
+                Offer::Logical => &mut stats.logical,
+                Offer::Duplicate => &mut stats.duplicates,
+                Offer::Passthrough => &mut stats.passthrough,
+            },
+        };
+        *counter += 1;
     }
     stats
 }

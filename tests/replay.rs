@@ -643,3 +643,43 @@ fn nan_and_infinite_doubles_in_json_count_as_missing_not_as_a_bad_line() {
     assert_eq!(retry["sdk_remaining_envelope_usd"], "NULL");
     assert_eq!(retry["decision"], "within_envelope");
 }
+
+/// Many chunks of lines, parsed on several threads and finishing out of order, group exactly as
+/// one file read in order: the spans of every example request are spread far apart, and bad
+/// lines are reported with their own line numbers.
+#[test]
+fn long_inputs_parsed_in_parallel_give_the_rows_of_the_short_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let split = one_span_per_line_shuffled(dir.path());
+    let spans = std::fs::read_to_string(&split).unwrap();
+    let mut lines: Vec<String> = Vec::new();
+    // Blank and broken lines between the spans push them into many chunks.
+    for (i, line) in spans.lines().enumerate() {
+        for _ in 0..7 {
+            lines.push(String::new());
+        }
+        lines.push(line.to_owned());
+        if i % 10 == 0 {
+            lines.push("{not json".to_owned());
+        }
+    }
+    let input = dir.path().join("long.jsonl");
+    std::fs::write(&input, lines.join("\n")).unwrap();
+
+    let out = tempfile::tempdir().unwrap();
+    let result = replay(out.path(), &[&input]);
+    assert_eq!(result.status.code(), Some(1), "bad lines were reported");
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    for (number, line) in lines.iter().enumerate() {
+        if line == "{not json" {
+            assert!(
+                stderr.contains(&format!("{}:{}: ", input.display(), number + 1)),
+                "line {} reported: {stderr}",
+                number + 1
+            );
+        }
+    }
+    let (_, rows) = read_table(out.path());
+    let (_, expected) = replay_ok(&[Path::new(EXAMPLE)]);
+    assert_eq!(rows, expected);
+}
