@@ -126,7 +126,7 @@ pub enum SpanKind {
 }
 
 /// Envelope fields as one source (a span's flat attributes, or its JSON policy) gives them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct EnvelopeFields {
     /// Any envelope attribute other than `task.type` was there, parseable or not.
     pub present: bool,
@@ -142,6 +142,32 @@ pub struct EnvelopeFields {
     pub allowed_fallback_families: Option<Vec<String>>,
     pub replay_safe: Option<bool>,
     pub task_type: Option<String>,
+}
+
+/// Distinct envelopes each reading thread remembers. A service states the same few envelopes
+/// on every request (they come from its policy), so one copy serves thousands of held spans;
+/// past this many the memory starts afresh rather than grow with hostile input.
+const INTERNED_ENVELOPES: usize = 1024;
+
+thread_local! {
+    static ENVELOPES: std::cell::RefCell<std::collections::HashSet<Arc<EnvelopeFields>, ahash::RandomState>> =
+        std::cell::RefCell::new(Default::default());
+}
+
+/// The shared copy of an envelope this thread has read before, else a new one.
+fn intern_envelope(env: EnvelopeFields) -> Arc<EnvelopeFields> {
+    ENVELOPES.with(|cell| {
+        let mut known = cell.borrow_mut();
+        if let Some(shared) = known.get(&env) {
+            return Arc::clone(shared);
+        }
+        if known.len() >= INTERNED_ENVELOPES {
+            known.clear();
+        }
+        let shared = Arc::new(env);
+        known.insert(Arc::clone(&shared));
+        shared
+    })
 }
 
 impl EnvelopeFields {
@@ -352,7 +378,8 @@ impl SpanFacts {
             s.as_ref().map_or(0, String::capacity)
         }
         fn envelope(e: &Arc<EnvelopeFields>) -> usize {
-            if e.present || e.task_type.is_some() {
+            // An envelope many spans share (interned) is paid for once; count the unshared.
+            if (e.present || e.task_type.is_some()) && Arc::strong_count(e) <= 2 {
                 std::mem::size_of::<EnvelopeFields>() + 64
             } else {
                 0
@@ -750,7 +777,7 @@ impl FactsReader {
             legacy_output,
         } = self;
         if env != EnvelopeFields::default() {
-            facts.envelope = Arc::new(env);
+            facts.envelope = intern_envelope(env);
         }
         facts.provider = facts.provider.or(legacy_system);
         if facts.input_tokens == Count::Missing {

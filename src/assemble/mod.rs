@@ -35,7 +35,8 @@ pub enum GroupKey {
     /// Attempts carrying `retry_spend.request.id`.
     RequestId {
         trace_id: TraceId,
-        request_id: String,
+        /// Shared: the key is copied into every map that indexes a pending request.
+        request_id: std::sync::Arc<str>,
     },
     /// Attempts without a request id, grouped under their parent span (none: the whole trace).
     Parent {
@@ -55,7 +56,7 @@ impl GroupKey {
             SpanKind::Attempt => Some(match &span.request_id {
                 Some(id) => GroupKey::RequestId {
                     trace_id: span.trace_id,
-                    request_id: id.clone(),
+                    request_id: id.as_str().into(),
                 },
                 None => GroupKey::Parent {
                     trace_id: span.trace_id,
@@ -74,7 +75,7 @@ impl GroupKey {
     /// parentless attempts share a trace, else the id of the span that names the request).
     pub fn request_id(&self) -> String {
         match self {
-            GroupKey::RequestId { request_id, .. } => request_id.clone(),
+            GroupKey::RequestId { request_id, .. } => request_id.to_string(),
             GroupKey::Parent {
                 parent_span_id: Some(parent),
                 ..
@@ -123,8 +124,9 @@ pub const MAX_ATTEMPTS_PER_REQUEST: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct Grouper {
     groups: FastMap<GroupKey, Group>,
-    logical_by_span: FastMap<(TraceId, SpanId), SpanFacts>,
-    logical_by_request: FastMap<(TraceId, String), (TraceId, SpanId)>,
+    /// Boxed so that the table's slots stay small: it holds one entry per waiting request.
+    logical_by_span: FastMap<(TraceId, SpanId), Box<SpanFacts>>,
+    logical_by_request: FastMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
     finished: FastMap<GroupKey, Finished>,
     finished_order: VecDeque<GroupKey>,
     finished_logical: FastMap<(TraceId, SpanId), GroupKey>,
@@ -263,6 +265,11 @@ impl Grouper {
                 });
                 let bytes = span.retained_bytes() + SPAN_ID_BYTES;
                 group.bytes += bytes;
+                // A request has one to three attempts as a rule: grow by one at first, not to
+                // the four slots (two KiB) a first push reserves.
+                if group.attempts.len() == group.attempts.capacity() && group.attempts.len() < 8 {
+                    group.attempts.reserve_exact(1);
+                }
                 self.pending_bytes += bytes
                     + if group.attempts.is_empty() {
                         GROUP_OVERHEAD_BYTES
@@ -308,10 +315,10 @@ impl Grouper {
         }
         if let Some(request_id) = &span.request_id {
             self.logical_by_request
-                .insert((span.trace_id, request_id.clone()), id);
+                .insert((span.trace_id, request_id.as_str().into()), id);
         }
         self.pending_bytes += span.retained_bytes();
-        self.logical_by_span.insert(id, span);
+        self.logical_by_span.insert(id, Box::new(span));
         Offer::Logical
     }
 
@@ -327,7 +334,7 @@ impl Grouper {
         if let Some(request_id) = &span.request_id {
             keys.push(GroupKey::RequestId {
                 trace_id: span.trace_id,
-                request_id: request_id.clone(),
+                request_id: request_id.as_str().into(),
             });
         }
         keys.push(GroupKey::Parent {
@@ -355,8 +362,9 @@ impl Grouper {
             return false;
         };
         self.pending_bytes = self.pending_bytes.saturating_sub(span.retained_bytes());
-        if let Some(request_id) = span.request_id {
-            self.logical_by_request.remove(&(trace_id, request_id));
+        if let Some(request_id) = &span.request_id {
+            self.logical_by_request
+                .remove(&(trace_id, request_id.as_str().into()));
         }
         true
     }
@@ -423,13 +431,14 @@ impl Grouper {
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         let mut logical = self
             .logical_key(key, first_parent)
-            .and_then(|k| self.logical_by_span.remove(&k));
+            .and_then(|k| self.logical_by_span.remove(&k))
+            .map(|l| *l);
         if let Some(l) = &logical {
             self.pending_bytes = self.pending_bytes.saturating_sub(l.retained_bytes());
         }
         if let Some(id) = logical.as_ref().and_then(|l| l.request_id.as_ref()) {
             self.logical_by_request
-                .remove(&(*key.trace_id(), id.clone()));
+                .remove(&(*key.trace_id(), id.as_str().into()));
         }
         let mut already_written = Vec::new();
         if !self.written.is_empty() {
@@ -486,9 +495,19 @@ impl Grouper {
         let new_context = request.evaluated.into_iter().skip(known);
         let room = MAX_ATTEMPTS_PER_REQUEST.saturating_sub(known);
         let mut bytes = 0;
-        for attempt in new_context.chain(request.attempts).take(room) {
-            bytes += attempt.retained_bytes();
-            entry.attempts.push(attempt.into_context());
+        let added: Vec<SpanFacts> = new_context
+            .chain(request.attempts)
+            .take(room)
+            .map(|attempt| {
+                bytes += attempt.retained_bytes();
+                attempt.into_context()
+            })
+            .collect();
+        if entry.attempts.is_empty() {
+            // Exactly as many slots as attempts: most finished requests never grow again.
+            entry.attempts = added;
+        } else {
+            entry.attempts.extend(added);
         }
         if entry.logical.is_none() {
             if let Some(logical) = request.logical {
