@@ -582,7 +582,7 @@ async fn start_uploader(
     let probe = Arc::clone(&uploader);
     tokio::task::spawn_blocking(move || probe.probe())
         .await?
-        .with_context(|| format!("cannot use the object store output {remote}: check its credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE), region, endpoint and that the bucket exists; the collector lists, reads and writes under the prefix"))?;
+        .map_err(|e| anyhow::anyhow!("cannot use the object store output {remote}: {e}; check its credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE), region, endpoint and that the bucket exists: the collector lists, reads and writes under the prefix"))?;
     Ok(uploader)
 }
 

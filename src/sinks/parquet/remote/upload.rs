@@ -92,8 +92,9 @@ pub enum UploadError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The store's own message says it all; its sources only repeat it.
     #[error("{0}")]
-    Store(#[from] object_store::Error),
+    Store(object_store::Error),
     #[error("cannot record the upload in {}: {source}", path.display())]
     Journal {
         path: PathBuf,
@@ -398,6 +399,12 @@ impl Drop for Uploader {
     }
 }
 
+impl From<object_store::Error> for UploadError {
+    fn from(error: object_store::Error) -> Self {
+        UploadError::Store(error)
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -481,6 +488,7 @@ impl Shared {
         if let Err(error) = std::fs::remove_file(&job.local) {
             tracing::warn!(path = %job.local.display(), %error, "cannot remove an uploaded staged file");
         }
+        crate::crash::reached(crate::crash::Point::Uploaded);
         self.observer.uploaded(&url, job.rows, job.bytes);
         job.owner.done(job.id, url);
         self.backlog_changed(-(job.bytes as i128), -1);
