@@ -58,6 +58,7 @@ pub enum ParquetSinkError {
         output: String,
         problem: Option<String>,
     },
-    #[error("cannot queue the staged files of an earlier run: {0}")]
-    Adopt(String),
+    /// A staged file that cannot be handed to the uploader (listed, read or named).
+    #[error("staging: {0}")]
+    Staging(String),
 }

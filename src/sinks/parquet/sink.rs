@@ -230,11 +230,14 @@ impl ParquetSink {
             return Ok(0);
         };
         let files = super::written::completed_files(&upload.root).map_err(|e| {
-            ParquetSinkError::Adopt(format!("cannot list {}: {e}", upload.root.display()))
+            ParquetSinkError::Staging(format!(
+                "cannot list the files an earlier run left in {}: {e}",
+                upload.root.display()
+            ))
         })?;
         for path in &files {
             let (wal, rows) =
-                super::written::footer_summary(path).map_err(ParquetSinkError::Adopt)?;
+                super::written::footer_summary(path).map_err(ParquetSinkError::Staging)?;
             stage(upload, path.clone(), rows, wal)?;
         }
         Ok(files.len())
@@ -496,7 +499,7 @@ fn stage(
     wal: Option<LsnRange>,
 ) -> Result<(), ParquetSinkError> {
     let Some(relative) = relative_key(&upload.root, &path) else {
-        return Err(ParquetSinkError::Adopt(format!(
+        return Err(ParquetSinkError::Staging(format!(
             "{} is not below the staging directory {}",
             path.display(),
             upload.root.display()

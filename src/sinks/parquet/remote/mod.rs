@@ -3,6 +3,8 @@
 
 pub mod journal;
 pub mod store;
+#[cfg(test)]
+mod tests;
 pub mod upload;
 
 pub use journal::JOURNAL_FILE;

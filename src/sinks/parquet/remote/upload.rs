@@ -489,8 +489,9 @@ impl Shared {
             tracing::warn!(path = %job.local.display(), %error, "cannot remove an uploaded staged file");
         }
         crate::crash::reached(crate::crash::Point::Uploaded);
+        // The sink first, so that whoever hears of the upload finds it complete there.
+        job.owner.done(job.id, url.clone());
         self.observer.uploaded(&url, job.rows, job.bytes);
-        job.owner.done(job.id, url);
         self.backlog_changed(-(job.bytes as i128), -1);
     }
 }
