@@ -14,6 +14,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::sinks::parquet::instance;
+use crate::sinks::parquet::remote::MIN_PART_BYTES;
+use crate::sinks::parquet::Output;
+
 const MIB: u64 = 1024 * 1024;
 
 /// The request size most OTLP receivers accept (the OpenTelemetry Collector's gRPC default).
@@ -173,13 +177,19 @@ pub struct ParquetExporterConfig {
     /// `false` (`--sink none`) acknowledges and discards every export right after decoding it:
     /// a benchmark baseline, never a production setting.
     pub enabled: bool,
-    /// Root of everything the collector keeps on disk.
+    /// Root of everything the collector keeps on disk; or an object store URL
+    /// (`s3://bucket/prefix`, `gs://…`, `az://…`), with local state under `wal.dir`.
     pub output_dir: PathBuf,
     pub max_rows_per_file: usize,
     pub max_bytes_per_file: u64,
     #[serde(deserialize_with = "duration::deserialize")]
     pub max_file_age: Duration,
     pub row_group_rows: usize,
+    /// Part of every file name, so that collectors can share one output. Empty: for an object
+    /// store, a random id generated once and kept in `<wal dir>/instance-id`; for a directory,
+    /// the host name and process id.
+    pub instance_id: String,
+    pub object_store: ObjectStoreConfig,
 }
 
 impl Default for ParquetExporterConfig {
@@ -191,6 +201,48 @@ impl Default for ParquetExporterConfig {
             max_bytes_per_file: 128 * MIB,
             max_file_age: Duration::from_secs(60),
             row_group_rows: 65_536,
+            instance_id: String::new(),
+            object_store: ObjectStoreConfig::default(),
+        }
+    }
+}
+
+/// `[exporters.parquet.object_store]`: uploading to an `s3://`, `gs://` or `az://` output.
+/// Credentials and region come from each cloud's standard environment.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ObjectStoreConfig {
+    /// An S3-compatible endpoint such as `http://127.0.0.1:9000`; empty: `AWS_ENDPOINT_URL` or
+    /// the cloud's own.
+    #[serde(deserialize_with = "deserialize_endpoint")]
+    pub endpoint: Option<String>,
+    /// Allows an `http://` endpoint; absent: `AWS_ALLOW_HTTP`.
+    pub allow_http: Option<bool>,
+    /// Parquet bytes completed and not yet uploaded above which exports are refused (the
+    /// store is down or slower than intake) until uploads catch up.
+    pub max_staged_bytes: u64,
+    /// Files up to this size are uploaded in one request, larger ones in parts of this size.
+    pub part_bytes: u64,
+    /// Backoff between retries of a failed upload, doubling up to `max_backoff`.
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub initial_backoff: Duration,
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub max_backoff: Duration,
+    /// Further client settings by their `object_store` names (`aws_virtual_hosted_style_request`,
+    /// `google_service_account`…), over the environment's. Keep secrets in the environment.
+    pub options: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for ObjectStoreConfig {
+    fn default() -> Self {
+        ObjectStoreConfig {
+            endpoint: None,
+            allow_http: None,
+            max_staged_bytes: 1024 * MIB,
+            part_bytes: 16 * MIB,
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(30),
+            options: Default::default(),
         }
     }
 }
@@ -277,6 +329,8 @@ pub struct WalConfig {
     /// what was accepted but not yet in a completed Parquet file.
     pub enabled: bool,
     /// Empty: `<output_dir>/wal`, so one output directory holds a collector's whole state.
+    /// Required with an object store output: the log and the staging of Parquet files before
+    /// upload live here.
     pub dir: PathBuf,
     pub segment_bytes: u64,
     pub fsync: FsyncMode,
@@ -331,6 +385,8 @@ pub struct ServeOverrides {
     /// `--policies` / `RETRY_SPEND_POLICIES_DIR`.
     pub policies_dir: Option<PathBuf>,
     pub output_dir: Option<PathBuf>,
+    /// `--instance-id` / `RETRY_SPEND_INSTANCE_ID`.
+    pub instance_id: Option<String>,
     pub group_wait: Option<Duration>,
     /// `--sink`: `Some(false)` discards after decoding (benchmark baseline).
     pub parquet_enabled: Option<bool>,
@@ -444,6 +500,9 @@ impl Config {
         }
         if let Some(dir) = o.output_dir {
             self.exporters.parquet.output_dir = dir;
+        }
+        if let Some(id) = o.instance_id {
+            self.exporters.parquet.instance_id = id;
         }
         if let Some(wait) = o.group_wait {
             self.processors.retry_spend.group_wait = wait;
@@ -581,6 +640,40 @@ impl Config {
             !pq.output_dir.as_os_str().is_empty(),
             "exporters.parquet.output_dir",
             "must not be empty",
+        );
+        match Output::parse(&pq.output_dir) {
+            Ok(output) => check(
+                !output.is_remote() || !self.wal.dir.as_os_str().is_empty(),
+                "wal.dir",
+                "must be set when exporters.parquet.output_dir is an object store URL: the write-ahead log and the Parquet files waiting for upload stay on local disk",
+            ),
+            Err(e) => check(false, "exporters.parquet.output_dir", &e.to_string()),
+        }
+        check(
+            pq.instance_id.is_empty() || instance::validate(&pq.instance_id).is_ok(),
+            "exporters.parquet.instance_id",
+            "must be 1 to 64 ASCII letters, digits, '-' or '_' (or empty for a generated one)",
+        );
+        let os = &pq.object_store;
+        check(
+            os.max_staged_bytes > 0,
+            "exporters.parquet.object_store.max_staged_bytes",
+            ABOVE_ZERO,
+        );
+        check(
+            os.part_bytes >= MIN_PART_BYTES as u64,
+            "exporters.parquet.object_store.part_bytes",
+            "must be at least 5 MiB (5242880), the smallest part S3 accepts",
+        );
+        check(
+            !os.initial_backoff.is_zero(),
+            "exporters.parquet.object_store.initial_backoff",
+            ABOVE_ZERO,
+        );
+        check(
+            os.max_backoff >= os.initial_backoff,
+            "exporters.parquet.object_store.max_backoff",
+            "must not be below exporters.parquet.object_store.initial_backoff",
         );
         check(
             pq.max_rows_per_file > 0,
@@ -1214,6 +1307,50 @@ mod tests {
     }
 
     #[test]
+    fn an_output_with_an_unknown_scheme_is_refused_not_taken_for_a_path() {
+        for output in ["ftp://x/y", "s3:bucket/prefix", "s3:"] {
+            let msg = invalid(|c| c.exporters.parquet.output_dir = PathBuf::from(output));
+            assert!(msg.contains("exporters.parquet.output_dir: "), "{msg}");
+            assert!(msg.contains(output), "{msg}");
+        }
+    }
+
+    #[test]
+    fn an_object_store_output_needs_a_wal_dir() {
+        let msg = invalid(|c| c.exporters.parquet.output_dir = PathBuf::from("s3://lake/llm"));
+        assert!(
+            msg.contains(
+                "wal.dir: must be set when exporters.parquet.output_dir is an object store URL"
+            ),
+            "{msg}"
+        );
+        let c = parse(
+            "[exporters.parquet]\noutput_dir = \"s3://lake/llm\"\ninstance_id = \"eu-1\"\n\n[exporters.parquet.object_store]\nendpoint = \"http://127.0.0.1:9000\"\nallow_http = true\npart_bytes = 8388608\n\n[wal]\ndir = \"/var/lib/retry-spend\"\n",
+        )
+        .unwrap();
+        let os = &c.exporters.parquet.object_store;
+        assert_eq!(os.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(os.allow_http, Some(true));
+        assert_eq!(os.part_bytes, 8 * MIB);
+    }
+
+    #[test]
+    fn object_store_bounds_are_checked() {
+        let msg = invalid(|c| c.exporters.parquet.object_store.part_bytes = MIB);
+        assert!(
+            msg.contains("exporters.parquet.object_store.part_bytes: must be at least 5 MiB"),
+            "{msg}"
+        );
+        let msg = invalid(|c| c.exporters.parquet.instance_id = "a/b".into());
+        assert!(msg.contains("exporters.parquet.instance_id: "), "{msg}");
+        let msg = invalid(|c| c.exporters.parquet.object_store.max_staged_bytes = 0);
+        assert!(
+            msg.contains("exporters.parquet.object_store.max_staged_bytes: must be above zero"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn shutdown_timeout_must_be_above_zero() {
         let msg = invalid(|c| c.service.shutdown_timeout = Duration::ZERO);
         assert!(msg.contains("service.shutdown_timeout: must be above zero"));
@@ -1230,6 +1367,7 @@ mod tests {
             pricing_dir: Some(PathBuf::from("/etc/pricing")),
             policies_dir: Some(PathBuf::from("/etc/policies")),
             output_dir: Some(PathBuf::from("/var/lib/retry-spend")),
+            instance_id: Some("collector-a".to_owned()),
             group_wait: Some(Duration::from_secs(20)),
             forward_endpoint: Some("http://b:4317".to_owned()),
             parquet_enabled: Some(false),
@@ -1254,6 +1392,7 @@ mod tests {
             c.exporters.parquet.output_dir,
             Path::new("/var/lib/retry-spend")
         );
+        assert_eq!(c.exporters.parquet.instance_id, "collector-a");
         assert_eq!(c.processors.retry_spend.group_wait, Duration::from_secs(20));
         assert_eq!(
             c.exporters.otlp_forward.endpoint.as_deref(),

@@ -1,6 +1,7 @@
 //! Deliberate crash points, for the crash tests only.
 //!
-//! `RETRY_SPEND_CRASH_AT=<point>:<n>` (points: `wal_append`, `parquet_write`, `parquet_rename`)
+//! `RETRY_SPEND_CRASH_AT=<point>:<n>` (points: `wal_append`, `parquet_write`, `parquet_rename`,
+//! `uploaded`)
 //! aborts the process, like a SIGKILL or a power cut would stop it, the n-th time execution
 //! reaches that point. Unset — always, outside those tests — a point costs one atomic load.
 
@@ -17,6 +18,8 @@ pub enum Point {
     ParquetWrite,
     /// A completed Parquet file was just renamed into place; the log still holds its rows.
     ParquetRename,
+    /// A staged file was uploaded, recorded and deleted; the log still holds its rows.
+    Uploaded,
 }
 
 impl Point {
@@ -25,6 +28,7 @@ impl Point {
             "wal_append" => Some(Point::WalAppend),
             "parquet_write" => Some(Point::ParquetWrite),
             "parquet_rename" => Some(Point::ParquetRename),
+            "uploaded" => Some(Point::Uploaded),
             _ => None,
         }
     }

@@ -15,9 +15,10 @@ use retry_spend_collector::pipeline::Engine;
 use retry_spend_collector::policy::{review, PolicySet, DEFAULT_POLICIES_DIR};
 use retry_spend_collector::pricing::import::{self, Format, ImportOptions, Imported};
 use retry_spend_collector::pricing::PricingBook;
-use retry_spend_collector::replay::replay;
+use retry_spend_collector::replay::{replay, replay_to_store};
 use retry_spend_collector::rules::RulesConfig;
-use retry_spend_collector::sinks::parquet::SinkOptions;
+use retry_spend_collector::sinks::parquet::remote::StoreOptions;
+use retry_spend_collector::sinks::parquet::{instance, Output, SinkOptions};
 
 /// The collector allocates per span on its hot path; glibc's allocator spent about a tenth of
 /// its CPU in consolidation and fragmentation under load (see BENCHMARKS.md).
@@ -67,9 +68,16 @@ struct ServeArgs {
         env = "RETRY_SPEND_POLICIES_DIR"
     )]
     policies_dir: Option<PathBuf>,
-    /// Output directory: Parquet under OUTPUT/attempts/ [default: data]
-    #[arg(long = "output", value_name = "DIR", env = "RETRY_SPEND_OUTPUT_DIR")]
+    /// Output directory, or s3://bucket/prefix (gs://, az://): Parquet under OUTPUT/attempts/ [default: data]
+    #[arg(
+        long = "output",
+        value_name = "DIR|URL",
+        env = "RETRY_SPEND_OUTPUT_DIR"
+    )]
     output_dir: Option<PathBuf>,
+    /// Part of every file name, so collectors can share an output [default: generated]
+    #[arg(long, value_name = "ID", env = "RETRY_SPEND_INSTANCE_ID")]
+    instance_id: Option<String>,
     /// How long to wait for a request's attempts after its latest span, e.g. "10s"
     #[arg(long, value_name = "DURATION", env = "RETRY_SPEND_GROUP_WAIT", value_parser = parse_duration_arg)]
     group_wait: Option<Duration>,
@@ -104,14 +112,17 @@ enum Command {
         /// Directory of envelope policy files (*.toml) [default: config/policies, none if missing]
         #[arg(long, value_name = "DIR", env = "RETRY_SPEND_POLICIES_DIR")]
         policies: Option<PathBuf>,
-        /// Output directory; rows go to OUTPUT/attempts/date=YYYY-MM-DD/.
+        /// Output directory, or s3://bucket/prefix (gs://, az://); rows go to OUTPUT/attempts/date=YYYY-MM-DD/.
         #[arg(
             long,
-            value_name = "DIR",
+            value_name = "DIR|URL",
             default_value = "data",
             env = "RETRY_SPEND_OUTPUT_DIR"
         )]
         output: PathBuf,
+        /// With an object store output: where files are written before upload [default: a new directory under the system's temporary directory]
+        #[arg(long, value_name = "DIR")]
+        staging: Option<PathBuf>,
         /// A snapshot checked more than this many days before a span is stale.
         #[arg(long, value_name = "DAYS", default_value_t = RulesConfig::default().max_pricing_age_days)]
         max_pricing_age_days: i64,
@@ -225,12 +236,14 @@ fn main() -> ExitCode {
             pricing,
             policies,
             output,
+            staging,
             max_pricing_age_days,
             files,
         } => run_replay(
             &pricing,
             policies.as_deref(),
             &output,
+            staging.as_deref(),
             max_pricing_age_days,
             &files,
         ),
@@ -269,6 +282,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         pricing_dir: args.pricing_dir,
         policies_dir: args.policies_dir,
         output_dir: args.output_dir,
+        instance_id: args.instance_id,
         group_wait: args.group_wait,
         forward_endpoint: args.forward_endpoint,
         parquet_enabled: args.sink.map(|sink| sink == "parquet"),
@@ -355,9 +369,11 @@ fn run_replay(
     pricing: &Path,
     policies: Option<&Path>,
     output: &Path,
+    staging: Option<&Path>,
     max_pricing_age_days: i64,
     files: &[PathBuf],
 ) -> anyhow::Result<ExitCode> {
+    let output = Output::parse(output).context("replay --output")?;
     let engine = Engine {
         book: load_book(pricing)?,
         rules: RulesConfig {
@@ -365,9 +381,38 @@ fn run_replay(
         },
         policies: load_policies(policies)?,
     };
-    let summary = replay(files, &engine, output, SinkOptions::default(), |bad| {
-        eprintln!("{bad}")
-    })?;
+    let on_bad_line = |bad: &_| eprintln!("{bad}");
+    let summary = match &output {
+        Output::Local(dir) => replay(files, &engine, dir, SinkOptions::default(), on_bad_line)?,
+        Output::Remote(remote) => {
+            // Without --staging nothing outlives the replay: a failed one is simply run again.
+            let (staging_dir, temporary) = match staging {
+                Some(dir) => (dir.to_path_buf(), false),
+                None => (
+                    std::env::temp_dir().join(format!(
+                        "retry-spend-replay-{}",
+                        instance::process_instance_id()
+                    )),
+                    true,
+                ),
+            };
+            let summary = replay_to_store(
+                files,
+                &engine,
+                remote,
+                &StoreOptions::default(),
+                &staging_dir,
+                SinkOptions::default(),
+                on_bad_line,
+            )?;
+            if temporary {
+                if let Err(e) = std::fs::remove_dir_all(&staging_dir) {
+                    tracing::warn!(dir = %staging_dir.display(), error = %e, "cannot remove the staging directory");
+                }
+            }
+            summary
+        }
+    };
     print!("{summary}");
     Ok(if summary.bad_lines.is_empty() {
         ExitCode::SUCCESS

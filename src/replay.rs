@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use rust_decimal::Decimal;
 
@@ -13,9 +15,12 @@ use crate::assemble::{Grouper, Offer, PlainSpans};
 use crate::contract::{service_name, AttributeKeys, HttpTry, SpanFacts, SpanKind};
 use crate::pipeline::{Engine, IngestStats};
 use crate::record::{AttemptRow, Decision, SpendClass};
-use crate::sinks::parquet::{ParquetSink, ParquetSinkError, SinkOptions};
+use crate::sinks::parquet::remote::{self, LogObserver, StoreOptions, UploadOptions, Uploader};
+use crate::sinks::parquet::{ParquetSink, ParquetSinkError, RemoteOutput, SinkOptions};
 
 const WRITE_BATCH_ROWS: usize = 8192;
+/// How long a replay to an object store waits for its last uploads before giving up.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A line that could not be read, reported as `FILE:LINE: reason`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +45,8 @@ pub enum ReplayError {
     },
     #[error(transparent)]
     Sink(#[from] ParquetSinkError),
+    #[error("{0}")]
+    Store(String),
 }
 
 /// What a replay did, for the summary it prints.
@@ -120,6 +127,55 @@ pub fn replay(
     engine: &Engine,
     output_dir: &Path,
     sink_options: SinkOptions,
+    on_bad_line: impl FnMut(&BadLine),
+) -> Result<ReplaySummary, ReplayError> {
+    replay_with(
+        inputs,
+        engine,
+        || ParquetSink::new(output_dir, sink_options),
+        on_bad_line,
+    )
+}
+
+/// [`replay`] to an object store: files are written under `staging` and uploaded whole as each
+/// is completed; it returns once every one is uploaded (`files_written` lists their URLs). The
+/// store is asked first, so bad credentials fail before any input is read.
+pub fn replay_to_store(
+    inputs: &[PathBuf],
+    engine: &Engine,
+    output: &RemoteOutput,
+    store: &StoreOptions,
+    staging: &Path,
+    sink_options: SinkOptions,
+    on_bad_line: impl FnMut(&BadLine),
+) -> Result<ReplaySummary, ReplayError> {
+    let client =
+        remote::build_store(output, store).map_err(|e| ReplayError::Store(e.to_string()))?;
+    let uploader = Uploader::start(
+        client,
+        output.clone(),
+        UploadOptions {
+            close_timeout: UPLOAD_TIMEOUT,
+            ..UploadOptions::default()
+        },
+        Arc::new(LogObserver),
+    )
+    .map_err(|e| ReplayError::Store(e.to_string()))?;
+    uploader.probe().map_err(|e| {
+        ReplayError::Store(format!("cannot use the object store output {output}: {e}; check its credentials, region, endpoint and that the bucket exists"))
+    })?;
+    replay_with(
+        inputs,
+        engine,
+        || ParquetSink::staging(staging, sink_options, uploader),
+        on_bad_line,
+    )
+}
+
+fn replay_with(
+    inputs: &[PathBuf],
+    engine: &Engine,
+    open_sink: impl FnOnce() -> Result<ParquetSink, ParquetSinkError>,
     mut on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
     let mut summary = ReplaySummary::default();
@@ -166,7 +222,7 @@ pub fn replay(
         parse_lines(reader, keys, parsers, &mut offer).map_err(read_err)?;
     }
 
-    let mut sink = ParquetSink::new(output_dir, sink_options)?;
+    let mut sink = open_sink()?;
     // Rows go to the sink in large batches: a batch per request would pay the Arrow and Parquet
     // per-batch costs for every one to three rows.
     let mut rows = Vec::with_capacity(WRITE_BATCH_ROWS);

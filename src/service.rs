@@ -29,7 +29,8 @@ use crate::receivers::{grpc, http, Intake};
 use crate::rules::RulesConfig;
 use crate::sinks::forward::{self, ForwardObserver, ForwardOptions};
 use crate::sinks::metrics::{self, Health, Metrics};
-use crate::sinks::parquet::{remove_temporary_files, written_spans};
+use crate::sinks::parquet::remote::{self, HealthObserver, Uploader};
+use crate::sinks::parquet::{instance, remove_temporary_files, written_spans, Output};
 use crate::sinks::parquet::{ParquetSink, SinkOptions};
 use crate::wal::{self, FsyncPolicy, WalOptions, WalWriter};
 use std::collections::HashSet;
@@ -199,21 +200,47 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             .unwrap_or(usize::MAX),
     };
     let parquet = &config.exporters.parquet;
+    let output = Output::parse(&parquet.output_dir)?;
+    // Local state: the log, and for an object store the files waiting for upload.
+    let wal_dir = match &output {
+        Output::Local(dir) => config.wal.dir_for(dir),
+        Output::Remote(_) => config.wal.dir.clone(),
+    };
     let sink_options = SinkOptions {
         max_rows_per_file: parquet.max_rows_per_file,
         max_bytes_per_file: parquet.max_bytes_per_file,
         max_file_age: parquet.max_file_age,
         row_group_rows: parquet.row_group_rows,
+        instance_id: match (&output, parquet.instance_id.as_str()) {
+            // Collectors sharing a prefix must never pick the same name: a random id, kept.
+            (Output::Remote(_), configured) => instance::resolve(configured, &wal_dir)?,
+            (Output::Local(_), "") => instance::process_instance_id().to_owned(),
+            (Output::Local(_), configured) => configured.to_owned(),
+        },
     };
-    let sinks = (0..shards)
-        .map(|_| ParquetSink::new(&parquet.output_dir, sink_options.clone()))
+    let metrics = Metrics::new();
+    metrics.set_label_values_cap(config.telemetry.max_label_values);
+    let health = Health::new();
+    let (table_root, uploader) = match &output {
+        Output::Local(dir) => (dir.clone(), None),
+        Output::Remote(remote) => {
+            let observer = HealthObserver {
+                health: Arc::clone(&health),
+                metrics: Arc::clone(&metrics),
+            };
+            let uploader = start_uploader(&config, remote, &wal_dir, observer).await?;
+            (wal_dir.join(remote::STAGING_DIR), Some(uploader))
+        }
+    };
+    let mut sinks = (0..shards)
+        .map(|_| match &uploader {
+            None => ParquetSink::new(&table_root, sink_options.clone()),
+            Some(uploader) => {
+                ParquetSink::staging(&table_root, sink_options.clone(), Arc::clone(uploader))
+            }
+        })
         .collect::<Result<Vec<_>, _>>()
-        .with_context(|| {
-            format!(
-                "cannot write Parquet under {}",
-                parquet.output_dir.display()
-            )
-        })?;
+        .with_context(|| format!("cannot write Parquet under {}", table_root.display()))?;
 
     let otlp = &config.receivers.otlp;
     let tls = TlsIdentity::load(&otlp.tls)?;
@@ -225,10 +252,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     let http_addr = http_listener.local_addr()?;
     let metrics_addr = metrics_listener.local_addr()?;
 
-    let metrics = Metrics::new();
-    metrics.set_label_values_cap(config.telemetry.max_label_values);
     metrics.set_requests_pending_limit(processor.max_pending_requests as u64);
-    let health = Health::new();
     let forward = &config.exporters.otlp_forward;
     let forwarder = forward.endpoint.as_ref().map(|endpoint| {
         forward::start(
@@ -252,11 +276,10 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     };
 
     // The write-ahead log: what a crash left unfinished is replayed before anything new.
-    let wal_dir = config.wal.dir_for(&parquet.output_dir);
-    let removed = remove_temporary_files(&parquet.output_dir).with_context(|| {
+    let removed = remove_temporary_files(&table_root).with_context(|| {
         format!(
             "cannot clean up unfinished files under {}",
-            parquet.output_dir.display()
+            table_root.display()
         )
     })?;
     if removed > 0 {
@@ -267,10 +290,28 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     for problem in &recovery.problems {
         tracing::warn!("write-ahead log: {problem}");
     }
-    let written = match recovery.records.first() {
-        Some(first) => written_spans(&parquet.output_dir, first.lsn).map_err(anyhow::Error::msg)?,
+    let first_lsn = recovery.records.first().map(|r| r.lsn);
+    let mut written = match first_lsn {
+        Some(first) => written_spans(&table_root, first).map_err(anyhow::Error::msg)?,
         None => HashSet::new(),
     };
+    if let Some(uploader) = &uploader {
+        // Uploaded files are no longer staged: their rows are read back from the store.
+        let uploader = Arc::clone(uploader);
+        let uploaded = tokio::task::spawn_blocking(move || uploader.recorded_spans(first_lsn))
+            .await?
+            .map_err(anyhow::Error::msg)?;
+        written.extend(uploaded);
+    }
+    if let Some(sink) = sinks.first_mut() {
+        let adopted = sink.adopt_staged()?;
+        if adopted > 0 {
+            tracing::info!(
+                files = adopted,
+                "uploading Parquet files an earlier run left staged"
+            );
+        }
+    }
     if !recovery.records.is_empty() {
         tracing::info!(
             records = recovery.records.len(),
@@ -437,7 +478,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             let _ = rx.wait_for(|stop| *stop).await;
         },
     ));
-    tracing::info!(%grpc_addr, %http_addr, %metrics_addr, tls = tls_on, bearer_tokens = tokens, output = %parquet.output_dir.display(), "collector listening");
+    tracing::info!(%grpc_addr, %http_addr, %metrics_addr, tls = tls_on, bearer_tokens = tokens, %output, "collector listening");
 
     let shutdown_timeout = config.service.shutdown_timeout;
     let pricing_dir = config.processors.retry_spend.pricing_dir.clone();
@@ -507,6 +548,43 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         shutdown,
         task,
     })
+}
+
+/// The uploader of an object store output, once the store has answered: bad credentials, a
+/// missing bucket or an unreachable endpoint stop the start, before anything is accepted.
+async fn start_uploader(
+    config: &Config,
+    remote: &crate::sinks::parquet::RemoteOutput,
+    wal_dir: &std::path::Path,
+    observer: HealthObserver,
+) -> anyhow::Result<Arc<Uploader>> {
+    let settings = &config.exporters.parquet.object_store;
+    let store = remote::build_store(
+        remote,
+        &remote::StoreOptions {
+            endpoint: settings.endpoint.clone(),
+            allow_http: settings.allow_http,
+            extra: settings.options.clone(),
+        },
+    )?;
+    let uploader = Uploader::start(
+        store,
+        remote.clone(),
+        remote::UploadOptions {
+            part_bytes: usize::try_from(settings.part_bytes).unwrap_or(usize::MAX),
+            initial_backoff: settings.initial_backoff,
+            max_backoff: settings.max_backoff,
+            max_staged_bytes: settings.max_staged_bytes,
+            close_timeout: config.service.shutdown_timeout,
+            journal: Some(wal_dir.join(remote::JOURNAL_FILE)),
+        },
+        Arc::new(observer),
+    )?;
+    let probe = Arc::clone(&uploader);
+    tokio::task::spawn_blocking(move || probe.probe())
+        .await?
+        .map_err(|e| anyhow::anyhow!("cannot use the object store output {remote}: {e}; check its credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE), region, endpoint and that the bucket exists: the collector lists, reads and writes under the prefix"))?;
+    Ok(uploader)
 }
 
 /// `verb`: "load" at start, "reload" on SIGHUP.

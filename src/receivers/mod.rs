@@ -144,10 +144,21 @@ impl Intake {
         if self.discard {
             return None;
         }
-        if let Some(problem) = self.health.problem(crate::pipeline::PARQUET_COMPONENT) {
+        if let Some(problem) = self.storage_problem() {
             return Some(Refusal::Storage(problem));
         }
         self.in_flight.is_full().then_some(Refusal::Busy)
+    }
+
+    /// A sink that cannot write, or an object store output whose uploads are so far behind
+    /// that the files waiting for them are over their budget.
+    fn storage_problem(&self) -> Option<String> {
+        [
+            crate::pipeline::PARQUET_COMPONENT,
+            crate::sinks::parquet::remote::BACKLOG_COMPONENT,
+        ]
+        .into_iter()
+        .find_map(|component| self.health.problem(component))
     }
 
     /// Reads an encoded export request into span facts: what the receivers call before
@@ -176,7 +187,7 @@ impl Intake {
         }
         // A sink that cannot write would pile rows up in memory: refuse until it recovers. (The
         // log's own trouble shows on the append itself, which is also how its recovery shows.)
-        if let Some(problem) = self.health.problem(crate::pipeline::PARQUET_COMPONENT) {
+        if let Some(problem) = self.storage_problem() {
             return Err(Refusal::Storage(problem));
         }
         let Some(permit) = self.in_flight.permit(bytes.len() as u64) else {

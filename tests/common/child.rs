@@ -30,10 +30,18 @@ fn kv(key: &str, value: Value) -> KeyValue {
 /// `announce_count` the logical span says 2 attempts, so the request is evaluated on arrival;
 /// without, it waits for its group wait (or shutdown).
 pub fn request(n: usize, announce_count: bool) -> Vec<SpanData> {
+    let scope = InstrumentationScope::builder("burst").build();
+    request_spans(n, announce_count)
+        .iter()
+        .map(|s| span_data(s, &scope))
+        .collect()
+}
+
+/// [`request`] as OTLP protobuf spans.
+pub fn request_spans(n: usize, announce_count: bool) -> Vec<Span> {
     let mut trace_id = vec![0xab; 16];
     trace_id[..8].copy_from_slice(&(n as u64).to_be_bytes());
     let logical_id = vec![1, 0, 0, 0, 0, 0, 0, 1];
-    let scope = InstrumentationScope::builder("burst").build();
     let mut logical_attributes = vec![
         kv(
             "retry_spend.span.role",
@@ -86,7 +94,7 @@ pub fn request(n: usize, announce_count: bool) -> Vec<SpanData> {
             ..Default::default()
         });
     }
-    spans.iter().map(|s| span_data(s, &scope)).collect()
+    spans
 }
 
 /// A running collector binary and what its log says.

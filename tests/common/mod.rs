@@ -65,22 +65,43 @@ pub fn read_table(output: &Path) -> (Option<SchemaRef>, Vec<Row>) {
             .parent()
             .and_then(|p| p.file_name())
             .map(|n| n.to_string_lossy().into_owned());
-        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
-            .unwrap()
-            .build()
-            .unwrap();
-        for batch in reader {
-            let batch = batch.unwrap();
-            schema.get_or_insert_with(|| batch.schema());
-            for i in 0..batch.num_rows() {
-                let mut row = render_row(&batch, i);
-                row.insert("_partition".into(), partition.clone().unwrap_or_default());
-                rows.push(row);
-            }
+        read_file(
+            File::open(&path).unwrap(),
+            partition,
+            &mut schema,
+            &mut rows,
+        );
+    }
+    sort_rows(&mut rows);
+    (schema, rows)
+}
+
+/// Appends the rows of one Parquet file (a local file or an object's bytes), each with its
+/// `_partition`, and notes the file's schema.
+pub fn read_file<R: parquet::file::reader::ChunkReader + 'static>(
+    file: R,
+    partition: Option<String>,
+    schema: &mut Option<SchemaRef>,
+    rows: &mut Vec<Row>,
+) {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    for batch in reader {
+        let batch = batch.unwrap();
+        schema.get_or_insert_with(|| batch.schema());
+        for i in 0..batch.num_rows() {
+            let mut row = render_row(&batch, i);
+            row.insert("_partition".into(), partition.clone().unwrap_or_default());
+            rows.push(row);
         }
     }
+}
+
+/// Sorts rows by (trace_id, span_id), so that runs can be compared whatever file order they wrote.
+pub fn sort_rows(rows: &mut [Row]) {
     rows.sort_by(|a, b| (&a["trace_id"], &a["span_id"]).cmp(&(&b["trace_id"], &b["span_id"])));
-    (schema, rows)
 }
 
 fn render_row(batch: &RecordBatch, i: usize) -> Row {
@@ -135,4 +156,5 @@ pub fn usd(rendered: &str) -> String {
 pub mod child;
 pub mod collector;
 pub mod otel;
+pub mod s3;
 pub mod secure;

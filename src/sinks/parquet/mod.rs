@@ -6,6 +6,9 @@
 //! reader listing a partition never sees a half file.
 
 mod batch;
+pub mod instance;
+pub mod output;
+pub mod remote;
 pub mod schema;
 mod sink;
 #[cfg(test)]
@@ -17,6 +20,7 @@ use std::path::PathBuf;
 pub use batch::{decimal_to_scaled_i128, rows_to_batch};
 mod written;
 
+pub use output::{Output, OutputError, RemoteOutput};
 pub use sink::{LsnRange, ParquetSink, SinkOptions, SinkStats, TABLE_DIR, WAL_LSN_KEY};
 pub use written::{remove_temporary_files, written_spans};
 
@@ -43,4 +47,18 @@ pub enum ParquetSinkError {
     },
     #[error("cannot build an attempts batch: {0}")]
     Batch(#[from] arrow_schema::ArrowError),
+    #[error("cannot queue {} for upload: {source}", path.display())]
+    Stage {
+        path: PathBuf,
+        source: remote::UploadError,
+    },
+    #[error("{files} files not uploaded to {output}{}; they stay staged and are uploaded at the next start", problem.as_ref().map(|p| format!(" (last failure: {p})")).unwrap_or_default())]
+    NotUploaded {
+        files: usize,
+        output: String,
+        problem: Option<String>,
+    },
+    /// A staged file that cannot be handed to the uploader (listed, read or named).
+    #[error("staging: {0}")]
+    Staging(String),
 }

@@ -1,13 +1,14 @@
 //! The file side of the sink: one open Parquet file per partition date, rotated by rows, bytes
-//! and age, and published by an atomic rename once its footer is on disk.
+//! and age, and published by an atomic rename once its footer is on disk. For an object store
+//! output the same files are written to local staging and published by their upload.
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arrow_array::RecordBatch;
@@ -18,6 +19,9 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
 use super::batch::batch_from_refs;
+use super::instance;
+use super::remote::upload::relative_key;
+use super::remote::{Staged, Uploader};
 use super::schema::{attempts_schema, HIGH_CARDINALITY_COLUMNS};
 use super::ParquetSinkError;
 use crate::record::AttemptRow;
@@ -33,7 +37,7 @@ const PARTITION_PREFIX: &str = "date=";
 const PARQUET_EXTENSION: &str = "parquet";
 
 /// How many names to try when a generated file name is already taken (only possible when a
-/// restart reuses a pid and the clock went backwards).
+/// restart keeps its instance id and the clock went backwards).
 const NAME_ATTEMPTS: u32 = 64;
 
 /// Bytes of one column's data (or dictionary) page before it is compressed and set aside.
@@ -51,6 +55,8 @@ pub struct SinkOptions {
     pub max_file_age: Duration,
     /// Rows per row group: the unit a reader skips by statistics and the writer holds in memory.
     pub row_group_rows: usize,
+    /// Part of every file name, so that collectors sharing an output never pick the same name.
+    pub instance_id: String,
 }
 
 impl Default for SinkOptions {
@@ -60,6 +66,7 @@ impl Default for SinkOptions {
             max_bytes_per_file: 128 * 1024 * 1024,
             max_file_age: Duration::from_secs(60),
             row_group_rows: 65_536,
+            instance_id: instance::process_instance_id().to_owned(),
         }
     }
 }
@@ -82,12 +89,17 @@ impl SinkOptions {
                 "row_group_rows must be at least 1",
             ));
         }
+        if instance::validate(&self.instance_id).is_err() {
+            return Err(ParquetSinkError::InvalidOptions(
+                "instance_id must be 1 to 64 ASCII letters, digits, '-' or '_'",
+            ));
+        }
         Ok(())
     }
 }
 
 /// Counters for the metrics layer. Rows count as written only once their file is renamed into
-/// place: that is the moment finance can read them.
+/// place (or, for an object store, uploaded): that is the moment finance can read them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SinkStats {
     /// Rows in completed files.
@@ -105,12 +117,25 @@ pub struct SinkStats {
 /// Delivery is at least once from the caller's side: rows count as durable only once the file
 /// holding them is completed (see the paths returned by each method). Dropping the sink without
 /// [`close`](Self::close) removes the open temporary files; nothing half-written becomes visible.
+///
+/// Made with [`staging`](Self::staging), a file is complete once uploaded: every method returns
+/// the URLs of the objects uploaded since the last call, and until its upload succeeded a file's
+/// rows count as open and its log records in [`oldest_open_lsn`](Self::oldest_open_lsn).
 pub struct ParquetSink {
     table_dir: PathBuf,
     options: SinkOptions,
     properties: WriterProperties,
     open: BTreeMap<NaiveDate, OpenFile>,
     stats: SinkStats,
+    upload: Option<SinkUpload>,
+}
+
+/// Where a staging sink's completed files go.
+struct SinkUpload {
+    uploader: Arc<Uploader>,
+    staged: Arc<Staged>,
+    /// The staging root: file paths below it are keys below the output prefix.
+    root: PathBuf,
 }
 
 struct OpenFile {
@@ -178,7 +203,47 @@ impl ParquetSink {
             options,
             open: BTreeMap::new(),
             stats: SinkStats::default(),
+            upload: None,
         })
+    }
+
+    /// A sink for an object store output: files are written under `<staging_dir>/attempts/`
+    /// exactly as [`new`](Self::new) writes them, and each completed file is handed to
+    /// `uploader`, which puts it at the same path below the output's prefix.
+    pub fn staging(
+        staging_dir: impl Into<PathBuf>,
+        options: SinkOptions,
+        uploader: Arc<Uploader>,
+    ) -> Result<Self, ParquetSinkError> {
+        let root = staging_dir.into();
+        let mut sink = Self::new(&root, options)?;
+        sink.upload = Some(SinkUpload {
+            uploader,
+            staged: Arc::default(),
+            root,
+        });
+        Ok(sink)
+    }
+
+    /// Queues for upload the completed files an earlier run left in staging (a crash, or a store
+    /// that was down at shutdown); their log records stay pinned by this sink until uploaded.
+    /// Returns how many.
+    pub fn adopt_staged(&mut self) -> Result<usize, ParquetSinkError> {
+        let Some(upload) = &self.upload else {
+            return Ok(0);
+        };
+        let files = super::written::completed_files(&upload.root).map_err(|e| {
+            ParquetSinkError::Staging(format!(
+                "cannot list the files an earlier run left in {}: {e}",
+                upload.root.display()
+            ))
+        })?;
+        for path in &files {
+            let (wal, rows) =
+                super::written::footer_summary(path).map_err(ParquetSinkError::Staging)?;
+            stage(upload, path.clone(), rows, wal)?;
+        }
+        Ok(files.len())
     }
 
     /// The `attempts` directory the partitions live in.
@@ -187,7 +252,14 @@ impl ParquetSink {
     }
 
     pub fn stats(&self) -> SinkStats {
-        self.stats
+        let mut stats = self.stats;
+        if let Some(upload) = &self.upload {
+            let staged = upload.staged.counts();
+            stats.rows_open += staged.pending_rows;
+            stats.rows_written = staged.uploaded_rows;
+            stats.files_completed = staged.uploaded_files;
+        }
+        stats
     }
 
     /// Number of files currently open (at most one per partition date).
@@ -226,15 +298,25 @@ impl ParquetSink {
         for (date, batch) in batches {
             self.append(date, &batch, wal, &mut completed)?;
         }
-        Ok(completed)
+        Ok(self.with_uploaded(completed))
+    }
+
+    /// Adds the objects uploaded since the last call to a call's completed files.
+    fn with_uploaded(&self, mut completed: Vec<PathBuf>) -> Vec<PathBuf> {
+        if let Some(upload) = &self.upload {
+            completed.extend(upload.staged.take_uploaded());
+        }
+        completed
     }
 
     /// The oldest write-ahead log record with rows in a file not yet complete: the log must be
     /// kept from there on.
     pub fn oldest_open_lsn(&self) -> Option<u64> {
+        let staged = self.upload.as_ref().and_then(|u| u.staged.oldest_lsn());
         self.open
             .values()
             .filter_map(|f| f.wal.map(|w| w.min))
+            .chain(staged)
             .min()
     }
 
@@ -248,19 +330,34 @@ impl ParquetSink {
             .filter(|(_, file)| now.saturating_duration_since(file.opened_at) >= max_age)
             .map(|(date, _)| *date)
             .collect();
-        self.complete_all(expired)
+        let completed = self.complete_all(expired)?;
+        Ok(self.with_uploaded(completed))
     }
 
     /// Completes every open file. If one fails the others are still completed, and the first
     /// error is returned.
     pub fn flush_all(&mut self) -> Result<Vec<PathBuf>, ParquetSinkError> {
         let dates: Vec<NaiveDate> = self.open.keys().copied().collect();
-        self.complete_all(dates)
+        let completed = self.complete_all(dates)?;
+        Ok(self.with_uploaded(completed))
     }
 
-    /// Completes every open file and returns their paths; the shutdown path.
+    /// Completes every open file and returns their paths; the shutdown path. A staging sink
+    /// also waits, up to its uploader's close timeout, until each of its files is uploaded.
     pub fn close(mut self) -> Result<Vec<PathBuf>, ParquetSinkError> {
-        self.flush_all()
+        let mut completed = self.flush_all()?;
+        if let Some(upload) = &self.upload {
+            let deadline = Instant::now() + upload.uploader.close_timeout();
+            if !upload.staged.wait_uploaded(deadline) {
+                return Err(ParquetSinkError::NotUploaded {
+                    files: upload.staged.counts().pending_files,
+                    output: upload.uploader.remote().to_string(),
+                    problem: upload.uploader.last_problem(),
+                });
+            }
+            completed.extend(upload.staged.take_uploaded());
+        }
+        Ok(completed)
     }
 
     fn append(
@@ -276,9 +373,12 @@ impl ParquetSink {
         while offset < batch.num_rows() {
             let file = match self.open.entry(date) {
                 Entry::Occupied(entry) => entry.into_mut(),
-                Entry::Vacant(entry) => {
-                    entry.insert(create_file(&self.table_dir, &self.properties, date)?)
-                }
+                Entry::Vacant(entry) => entry.insert(create_file(
+                    &self.table_dir,
+                    &self.properties,
+                    &self.options.instance_id,
+                    date,
+                )?),
             };
             if let Some(range) = wal {
                 file.wal = Some(file.wal.map_or(range, |known| known.widen(range)));
@@ -300,7 +400,7 @@ impl ParquetSink {
             crate::crash::reached(crate::crash::Point::ParquetWrite);
             if full {
                 if let Some(file) = self.open.remove(&date) {
-                    completed.push(self.complete(file)?);
+                    completed.extend(self.complete(file)?);
                 }
             }
         }
@@ -315,7 +415,7 @@ impl ParquetSink {
                 continue;
             };
             match self.complete(file) {
-                Ok(path) => completed.push(path),
+                Ok(path) => completed.extend(path),
                 Err(error) => {
                     tracing::error!(%error, "cannot complete parquet file");
                     first_error.get_or_insert(error);
@@ -330,15 +430,34 @@ impl ParquetSink {
 
     /// Writes the footer, fsyncs, renames the file into place and fsyncs the directory, so the
     /// file is durable before anyone is told it exists. A failed directory sync still returns the
-    /// error, but the file is already visible and counts as written.
-    fn complete(&mut self, file: OpenFile) -> Result<PathBuf, ParquetSinkError> {
+    /// error, but the file is already visible and counts as written. A staging sink hands the
+    /// file to its uploader instead and returns no path: it is complete once uploaded.
+    fn complete(&mut self, file: OpenFile) -> Result<Option<PathBuf>, ParquetSinkError> {
         let rows = file.rows as u64;
+        let wal = file.wal;
+        let final_path = file.final_path.clone();
         self.stats.rows_open -= rows;
-        match publish(file) {
+        let published = publish(file);
+        if let Some(upload) = &self.upload {
+            // A renamed file is complete on disk whatever its directory sync said: upload it.
+            let staged = match published {
+                Ok(path) => stage(upload, path, rows, wal).map(|()| None),
+                Err(PublishError::Visible(error)) => {
+                    stage(upload, final_path, rows, wal).and(Err(error))
+                }
+                Err(PublishError::Hidden(error)) => Err(error),
+            };
+            if staged.is_err() {
+                // Not uploaded in this run: the log keeps the rows, the next start the file.
+                self.stats.rows_lost += rows;
+            }
+            return staged;
+        }
+        match published {
             Ok(path) => {
                 self.stats.rows_written += rows;
                 self.stats.files_completed += 1;
-                Ok(path)
+                Ok(Some(path))
             }
             Err(PublishError::Visible(error)) => {
                 self.stats.rows_written += rows;
@@ -375,9 +494,30 @@ impl Drop for ParquetSink {
     }
 }
 
+/// Hands a completed staging file to the uploader.
+fn stage(
+    upload: &SinkUpload,
+    path: PathBuf,
+    rows: u64,
+    wal: Option<LsnRange>,
+) -> Result<(), ParquetSinkError> {
+    let Some(relative) = relative_key(&upload.root, &path) else {
+        return Err(ParquetSinkError::Staging(format!(
+            "{} is not below the staging directory {}",
+            path.display(),
+            upload.root.display()
+        )));
+    };
+    upload
+        .uploader
+        .stage(&upload.staged, path.clone(), &relative, rows, wal)
+        .map_err(|source| ParquetSinkError::Stage { path, source })
+}
+
 fn create_file(
     table_dir: &Path,
     properties: &WriterProperties,
+    instance_id: &str,
     date: NaiveDate,
 ) -> Result<OpenFile, ParquetSinkError> {
     let dir = table_dir.join(format!("{PARTITION_PREFIX}{}", date.format("%Y-%m-%d")));
@@ -389,7 +529,7 @@ fn create_file(
 
     let mut last_error = None;
     for _ in 0..NAME_ATTEMPTS {
-        let name = unique_file_name();
+        let name = unique_file_name(instance_id);
         let final_path = dir.join(&name);
         let temp_path = dir.join(format!(".{name}.tmp"));
         if final_path.exists() {
@@ -527,20 +667,17 @@ fn sync_dir(_path: &Path) -> Result<(), ParquetSinkError> {
     Ok(())
 }
 
-/// `part-<unix ms>-<pid>-<sequence>.parquet`: the pid separates concurrent processes, the
-/// milliseconds separate restarts, and the process-wide sequence separates files (and sinks)
-/// within one process.
-fn unique_file_name() -> String {
+/// `part-<instance id>-<unix ms>-<sequence>.parquet`: the instance id separates collectors
+/// sharing an output, the milliseconds separate restarts, and the process-wide sequence
+/// separates files (and sinks) within one process.
+fn unique_file_name(instance_id: &str) -> String {
     static SEQUENCE: AtomicU64 = AtomicU64::new(0);
     let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
     let unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|elapsed| elapsed.as_millis())
         .unwrap_or_default();
-    format!(
-        "part-{unix_ms}-{}-{sequence:06}.{PARQUET_EXTENSION}",
-        process::id()
-    )
+    format!("part-{instance_id}-{unix_ms}-{sequence:06}.{PARQUET_EXTENSION}")
 }
 
 fn writer_properties(options: &SinkOptions) -> WriterProperties {

@@ -34,7 +34,7 @@ fn date(y: i32, m: u32, d: u32) -> NaiveDate {
 }
 
 /// A priced retry of glm-5 that went over its envelope, every optional field filled.
-fn retry_at(event_time: i64, attempt_index: i32) -> AttemptRow {
+pub(super) fn retry_at(event_time: i64, attempt_index: i32) -> AttemptRow {
     AttemptRow {
         event_time,
         end_time: event_time + 2 * NANOS_PER_SECOND,

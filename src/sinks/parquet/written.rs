@@ -9,9 +9,11 @@ use arrow_array::cast::AsArray;
 use arrow_array::Array;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::reader::ChunkReader;
 
 use super::schema::{SPAN_ID, TRACE_ID};
-use super::sink::{TABLE_DIR, WAL_LSN_KEY};
+use super::sink::{LsnRange, TABLE_DIR, WAL_LSN_KEY};
 use crate::contract::{SpanId, TraceId};
 
 /// Every file in the partitions of `<output_dir>/attempts/`, with its name.
@@ -41,7 +43,7 @@ fn partition_files(output_dir: &Path) -> std::io::Result<Vec<(PathBuf, String)>>
 }
 
 /// Every completed file under `<output_dir>/attempts/`.
-fn completed_files(output_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub(super) fn completed_files(output_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(partition_files(output_dir)?
         .into_iter()
         .filter(|(_, name)| !name.starts_with('.') && name.ends_with(".parquet"))
@@ -59,56 +61,81 @@ pub fn written_spans(
     let files = completed_files(output_dir)
         .map_err(|e| format!("cannot list {}: {e}", output_dir.join(TABLE_DIR).display()))?;
     for path in files {
-        let what = |e: &dyn std::fmt::Display| format!("cannot read {}: {e}", path.display());
-        let file = File::open(&path).map_err(|e| what(&e))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| what(&e))?;
-        let covers = builder
-            .metadata()
-            .file_metadata()
-            .key_value_metadata()
-            .into_iter()
-            .flatten()
-            .find(|kv| kv.key == WAL_LSN_KEY)
-            .and_then(|kv| kv.value.as_deref())
-            .and_then(|v| v.split_once('-'))
-            .and_then(|(_, max)| max.parse::<u64>().ok())
-            .is_some_and(|max| max >= from_lsn);
-        if !covers {
+        let file = File::open(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        spans_in(file, from_lsn, &mut written)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    }
+    Ok(written)
+}
+
+/// The write-ahead log records a file's rows came from, from its footer.
+fn lsn_range(metadata: &ParquetMetaData) -> Option<LsnRange> {
+    let value = metadata
+        .file_metadata()
+        .key_value_metadata()
+        .into_iter()
+        .flatten()
+        .find(|kv| kv.key == WAL_LSN_KEY)?
+        .value
+        .as_deref()?;
+    let (min, max) = value.split_once('-')?;
+    Some(LsnRange {
+        min: min.parse().ok()?,
+        max: max.parse().ok()?,
+    })
+}
+
+/// A completed file's log records and row count, from its footer.
+pub(super) fn footer_summary(path: &Path) -> Result<(Option<LsnRange>, u64), String> {
+    let what = |e: &dyn std::fmt::Display| format!("cannot read {}: {e}", path.display());
+    let file = File::open(path).map_err(|e| what(&e))?;
+    let metadata = ParquetMetaDataReader::new()
+        .parse_and_finish(&file)
+        .map_err(|e| what(&e))?;
+    let rows = u64::try_from(metadata.file_metadata().num_rows()).unwrap_or_default();
+    Ok((lsn_range(&metadata), rows))
+}
+
+/// Adds to `written` the ids of every row of one file (a local file or an object's bytes) when
+/// its footer says it covers log records at or after `from_lsn`.
+pub fn spans_in<R: ChunkReader + 'static>(
+    reader: R,
+    from_lsn: u64,
+    written: &mut HashSet<(TraceId, SpanId)>,
+) -> Result<(), parquet::errors::ParquetError> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(reader)?;
+    if lsn_range(builder.metadata()).is_none_or(|range| range.max < from_lsn) {
+        return Ok(());
+    }
+    let schema = builder.parquet_schema();
+    let columns = [TRACE_ID, SPAN_ID].map(|name| {
+        schema
+            .columns()
+            .iter()
+            .position(|c| c.name() == name)
+            .unwrap_or(usize::MAX)
+    });
+    let mask = ProjectionMask::leaves(schema, columns.into_iter().filter(|i| *i != usize::MAX));
+    let reader = builder.with_projection(mask).build()?;
+    for batch in reader {
+        let batch = batch?;
+        let (Some(traces), Some(spans)) = (
+            batch.column_by_name(TRACE_ID),
+            batch.column_by_name(SPAN_ID),
+        ) else {
             continue;
-        }
-        let schema = builder.parquet_schema();
-        let columns = [TRACE_ID, SPAN_ID].map(|name| {
-            schema
-                .columns()
-                .iter()
-                .position(|c| c.name() == name)
-                .unwrap_or(usize::MAX)
-        });
-        let mask = ProjectionMask::leaves(schema, columns.into_iter().filter(|i| *i != usize::MAX));
-        let reader = builder
-            .with_projection(mask)
-            .build()
-            .map_err(|e| what(&e))?;
-        for batch in reader {
-            let batch = batch.map_err(|e| what(&e))?;
-            let (Some(traces), Some(spans)) = (
-                batch.column_by_name(TRACE_ID),
-                batch.column_by_name(SPAN_ID),
-            ) else {
+        };
+        let (traces, spans) = (traces.as_string::<i32>(), spans.as_string::<i32>());
+        for i in 0..batch.num_rows() {
+            if traces.is_null(i) || spans.is_null(i) {
                 continue;
-            };
-            let (traces, spans) = (traces.as_string::<i32>(), spans.as_string::<i32>());
-            for i in 0..batch.num_rows() {
-                if traces.is_null(i) || spans.is_null(i) {
-                    continue;
-                }
-                if let Some(ids) = crate::contract::ids_from_hex(traces.value(i), spans.value(i)) {
-                    written.insert(ids);
-                }
+            }
+            if let Some(ids) = crate::contract::ids_from_hex(traces.value(i), spans.value(i)) {
+                written.insert(ids);
             }
         }
     }
-    Ok(written)
+    Ok(())
 }
 
 /// Removes the hidden temporaries of files a crash left unfinished; their rows are recovered

@@ -1,0 +1,533 @@
+//! Uploads completed Parquet files from local staging to their final keys.
+//!
+//! Each file goes whole: one PUT, or a multipart upload when it is larger than a part, and an
+//! object store makes either visible only once complete, so a reader never sees a partial
+//! object. Files go in the order they were completed, one at a time; a failed upload is retried
+//! with backoff for as long as it takes. Until its upload succeeded, a file's rows count as open
+//! for the sink that staged it, which keeps its write-ahead log records pinned.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::File;
+use std::future::Future;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use tokio::sync::mpsc;
+
+use super::journal::{Entry, Journal};
+use crate::contract::{SpanId, TraceId};
+use crate::sinks::parquet::output::RemoteOutput;
+use crate::sinks::parquet::written::spans_in;
+use crate::sinks::parquet::LsnRange;
+
+/// S3's smallest part (but the last).
+pub const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadOptions {
+    /// Files up to this size go in one PUT; larger ones in parts of this size.
+    pub part_bytes: usize,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Bytes staged and not yet uploaded above which the observer is told the backlog is full
+    /// (`serve` then refuses exports until uploads catch up).
+    pub max_staged_bytes: u64,
+    /// How long a closing sink waits for its files to be uploaded.
+    pub close_timeout: Duration,
+    /// Where uploaded objects are recorded for crash recovery; `None` (replay) records nothing.
+    pub journal: Option<PathBuf>,
+}
+
+impl Default for UploadOptions {
+    fn default() -> Self {
+        UploadOptions {
+            part_bytes: 16 * 1024 * 1024,
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(30),
+            max_staged_bytes: 1024 * 1024 * 1024,
+            close_timeout: Duration::from_secs(30),
+            journal: None,
+        }
+    }
+}
+
+/// What the uploader tells the rest of the process: `serve` turns it into health and refusals,
+/// `replay` into log lines.
+pub trait UploadObserver: Send + Sync {
+    /// An object is complete in the store.
+    fn uploaded(&self, url: &str, rows: u64, bytes: u64);
+    /// An upload failed and will be retried; `problem` says what and how much is waiting.
+    fn failed(&self, problem: &str);
+    /// Staged bytes went over the budget (`full`), or back under it.
+    fn backlog(&self, full: bool, problem: &str);
+}
+
+/// An observer that only logs.
+pub struct LogObserver;
+
+impl UploadObserver for LogObserver {
+    fn uploaded(&self, url: &str, rows: u64, bytes: u64) {
+        tracing::debug!(url, rows, bytes, "uploaded");
+    }
+    fn failed(&self, problem: &str) {
+        tracing::warn!("{problem}");
+    }
+    fn backlog(&self, full: bool, problem: &str) {
+        if full {
+            tracing::warn!("{problem}");
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("cannot read staged file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The store's own message says it all; its sources only repeat it.
+    #[error("{0}")]
+    Store(object_store::Error),
+    #[error("cannot record the upload in {}: {source}", path.display())]
+    Journal {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the uploader: {0}")]
+    Start(std::io::Error),
+    #[error("the uploader has stopped")]
+    Stopped,
+}
+
+/// One sink's share of the uploads: its files not uploaded yet, whose rows stay open and whose
+/// log records stay pinned, and the objects uploaded since it last asked.
+#[derive(Debug, Default)]
+pub struct Staged {
+    state: Mutex<StagedState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct StagedState {
+    pending: BTreeMap<u64, Pending>,
+    uploaded: Vec<PathBuf>,
+    uploaded_rows: u64,
+    uploaded_files: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    wal: Option<LsnRange>,
+    rows: u64,
+}
+
+/// Counts for [`crate::sinks::parquet::SinkStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StagedCounts {
+    pub pending_files: usize,
+    pub pending_rows: u64,
+    pub uploaded_rows: u64,
+    pub uploaded_files: u64,
+}
+
+impl Staged {
+    fn state(&self) -> MutexGuard<'_, StagedState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The oldest log record with rows in a file not uploaded yet.
+    pub fn oldest_lsn(&self) -> Option<u64> {
+        self.state()
+            .pending
+            .values()
+            .filter_map(|p| p.wal.map(|w| w.min))
+            .min()
+    }
+
+    pub fn counts(&self) -> StagedCounts {
+        let state = self.state();
+        StagedCounts {
+            pending_files: state.pending.len(),
+            pending_rows: state.pending.values().map(|p| p.rows).sum(),
+            uploaded_rows: state.uploaded_rows,
+            uploaded_files: state.uploaded_files,
+        }
+    }
+
+    /// The URLs of objects uploaded since the last call.
+    pub fn take_uploaded(&self) -> Vec<PathBuf> {
+        std::mem::take(&mut self.state().uploaded)
+    }
+
+    /// Waits until every staged file is uploaded, or `deadline`; true when all are.
+    pub fn wait_uploaded(&self, deadline: Instant) -> bool {
+        let mut state = self.state();
+        while !state.pending.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+
+    fn add(&self, id: u64, pending: Pending) {
+        self.state().pending.insert(id, pending);
+    }
+
+    fn done(&self, id: u64, url: String) {
+        let mut state = self.state();
+        if let Some(pending) = state.pending.remove(&id) {
+            state.uploaded_rows += pending.rows;
+            state.uploaded_files += 1;
+            state.uploaded.push(PathBuf::from(url));
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+}
+
+struct Job {
+    id: u64,
+    local: PathBuf,
+    key: ObjectPath,
+    bytes: u64,
+    rows: u64,
+    wal: Option<LsnRange>,
+    owner: Arc<Staged>,
+}
+
+/// Bytes and files staged and not uploaded, and whether that is over the budget.
+#[derive(Debug, Default)]
+struct Backlog {
+    bytes: u64,
+    files: u64,
+    full: bool,
+}
+
+struct Shared {
+    store: Arc<dyn ObjectStore>,
+    remote: RemoteOutput,
+    options: UploadOptions,
+    journal: Option<Journal>,
+    observer: Arc<dyn UploadObserver>,
+    backlog: Mutex<Backlog>,
+    last_problem: Mutex<Option<String>>,
+}
+
+/// The upload queue of one output, shared by every sink writing to it. Runs on a runtime of its
+/// own, so that `replay` (which has none) and `serve` use it alike.
+pub struct Uploader {
+    shared: Arc<Shared>,
+    jobs: Option<mpsc::UnboundedSender<Job>>,
+    handle: tokio::runtime::Handle,
+    /// Taken on drop, to stop without waiting for an upload in progress.
+    runtime: Option<tokio::runtime::Runtime>,
+    next_id: AtomicU64,
+}
+
+impl Uploader {
+    pub fn start(
+        store: Arc<dyn ObjectStore>,
+        remote: RemoteOutput,
+        options: UploadOptions,
+        observer: Arc<dyn UploadObserver>,
+    ) -> Result<Arc<Uploader>, UploadError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("upload")
+            .enable_all()
+            .build()
+            .map_err(UploadError::Start)?;
+        let shared = Arc::new(Shared {
+            store,
+            remote,
+            journal: options.journal.clone().map(Journal::new),
+            options,
+            observer,
+            backlog: Mutex::default(),
+            last_problem: Mutex::default(),
+        });
+        let (jobs, queue) = mpsc::unbounded_channel();
+        runtime.spawn(run(Arc::clone(&shared), queue));
+        Ok(Arc::new(Uploader {
+            shared,
+            jobs: Some(jobs),
+            handle: runtime.handle().clone(),
+            runtime: Some(runtime),
+            next_id: AtomicU64::new(0),
+        }))
+    }
+
+    pub fn remote(&self) -> &RemoteOutput {
+        &self.shared.remote
+    }
+
+    pub fn close_timeout(&self) -> Duration {
+        self.shared.options.close_timeout
+    }
+
+    /// The most recent upload failure, for error messages.
+    pub fn last_problem(&self) -> Option<String> {
+        lock(&self.shared.last_problem).clone()
+    }
+
+    /// Runs `future` on the uploader's runtime and waits for it, from any thread (a runtime's
+    /// own included: the wait happens on a thread of its own).
+    pub fn block_on<F>(&self, future: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        let handle = self.handle.clone();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(move || handle.block_on(future))
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    /// Checks that the store answers with these credentials, listing a key nothing has (so
+    /// nothing is written). Needs list permission on the prefix.
+    pub fn probe(&self) -> Result<(), UploadError> {
+        let key = self.shared.remote.key("attempts/.retry-spend-probe");
+        let store = Arc::clone(&self.shared.store);
+        self.block_on(async move { store.list_with_delimiter(Some(&key)).await })?;
+        Ok(())
+    }
+
+    /// Queues `local` (a completed file, `relative` to the staging root) for upload on behalf
+    /// of `owner`.
+    pub fn stage(
+        &self,
+        owner: &Arc<Staged>,
+        local: PathBuf,
+        relative: &str,
+        rows: u64,
+        wal: Option<LsnRange>,
+    ) -> Result<(), UploadError> {
+        let bytes = std::fs::metadata(&local)
+            .map_err(|source| UploadError::Read {
+                path: local.clone(),
+                source,
+            })?
+            .len();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        owner.add(id, Pending { wal, rows });
+        self.shared.backlog_changed(bytes as i128, 1);
+        let job = Job {
+            id,
+            key: self.shared.remote.key(relative),
+            local,
+            bytes,
+            rows,
+            wal,
+            owner: Arc::clone(owner),
+        };
+        self.jobs
+            .as_ref()
+            .ok_or(UploadError::Stopped)?
+            .send(job)
+            .map_err(|_| UploadError::Stopped)
+    }
+
+    /// The ids of every row of the objects recorded as uploaded that cover log records at or
+    /// after `from_lsn`, read back from the store; the record then keeps only those. With
+    /// `from_lsn` `None` (an empty log) it is emptied.
+    pub fn recorded_spans(
+        &self,
+        from_lsn: Option<u64>,
+    ) -> Result<HashSet<(TraceId, SpanId)>, String> {
+        let mut written = HashSet::new();
+        let Some(journal) = &self.shared.journal else {
+            return Ok(written);
+        };
+        let shown = journal.path().display();
+        let entries = journal
+            .read()
+            .map_err(|e| format!("cannot read {shown}: {e}"))?;
+        let needed: Vec<Entry> = match from_lsn {
+            Some(from) => entries.into_iter().filter(|e| e.wal.max >= from).collect(),
+            None => Vec::new(),
+        };
+        for entry in &needed {
+            let key = ObjectPath::parse(&entry.key)
+                .map_err(|e| format!("{shown}: bad key {:?}: {e}", entry.key))?;
+            let url = self.shared.remote.url_of(&key);
+            let store = Arc::clone(&self.shared.store);
+            let fetched = self.block_on(async move {
+                match store.get(&key).await {
+                    Ok(result) => result.bytes().await.map(Some),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            });
+            match fetched {
+                Ok(Some(bytes)) => spans_in(bytes, from_lsn.unwrap_or_default(), &mut written)
+                    .map_err(|e| format!("cannot read {url}: {e}"))?,
+                Ok(None) => tracing::warn!(%url, "an uploaded object is gone from the store; its rows cannot be told apart from the write-ahead log's and may be written again"),
+                Err(e) => return Err(format!("cannot read back {url} to recover the write-ahead log: {e}; start again once the store is reachable")),
+            }
+        }
+        journal
+            .rewrite(&needed)
+            .map_err(|e| format!("cannot rewrite {shown}: {e}"))?;
+        Ok(written)
+    }
+}
+
+impl Drop for Uploader {
+    fn drop(&mut self) {
+        // Files still queued stay staged on disk; the next start uploads them.
+        self.jobs.take();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl From<object_store::Error> for UploadError {
+    fn from(error: object_store::Error) -> Self {
+        UploadError::Store(error)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// Adds to (or takes from) the backlog and tells the observer when it crosses the budget.
+    fn backlog_changed(&self, bytes: i128, files: i64) {
+        let mut backlog = lock(&self.backlog);
+        backlog.bytes = u64::try_from((backlog.bytes as i128 + bytes).max(0)).unwrap_or(u64::MAX);
+        backlog.files = backlog.files.saturating_add_signed(files);
+        let full = backlog.bytes > self.options.max_staged_bytes;
+        if full != backlog.full {
+            backlog.full = full;
+            let problem = format!(
+                "{} files ({} bytes) wait to be uploaded to {}, over the {}-byte budget{}",
+                backlog.files,
+                backlog.bytes,
+                self.remote,
+                self.options.max_staged_bytes,
+                match lock(&self.last_problem).as_deref() {
+                    Some(last) => format!("; last failure: {last}"),
+                    None => String::new(),
+                }
+            );
+            self.observer.backlog(full, &problem);
+        }
+    }
+
+    async fn upload(&self, job: &Job) -> Result<(), UploadError> {
+        let read_error = |source| UploadError::Read {
+            path: job.local.clone(),
+            source,
+        };
+        if job.bytes <= self.options.part_bytes as u64 {
+            let data = std::fs::read(&job.local).map_err(read_error)?;
+            self.store
+                .put(&job.key, PutPayload::from(Bytes::from(data)))
+                .await?;
+        } else {
+            let mut file = File::open(&job.local).map_err(read_error)?;
+            let mut upload = self.store.put_multipart(&job.key).await?;
+            let sent = async {
+                loop {
+                    let part = read_part(&mut file, self.options.part_bytes).map_err(read_error)?;
+                    if part.is_empty() {
+                        break;
+                    }
+                    upload.put_part(PutPayload::from(Bytes::from(part))).await?;
+                }
+                upload.complete().await?;
+                Ok::<_, UploadError>(())
+            }
+            .await;
+            if let Err(error) = sent {
+                // Parts of an unfinished upload are billed and never visible: give them back.
+                if let Err(abort) = upload.abort().await {
+                    tracing::debug!(key = %job.key, error = %abort, "cannot abort a failed multipart upload");
+                }
+                return Err(error);
+            }
+        }
+        if let (Some(journal), Some(wal)) = (&self.journal, job.wal) {
+            let entry = Entry {
+                wal,
+                key: job.key.to_string(),
+            };
+            journal
+                .append(&entry)
+                .map_err(|source| UploadError::Journal {
+                    path: journal.path().to_path_buf(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    fn finish(&self, job: Job) {
+        let url = self.remote.url_of(&job.key);
+        // The object is complete and recorded; a staged copy left by a failed delete is only
+        // uploaded again (same key, same bytes) at the next start.
+        if let Err(error) = std::fs::remove_file(&job.local) {
+            tracing::warn!(path = %job.local.display(), %error, "cannot remove an uploaded staged file");
+        }
+        crate::crash::reached(crate::crash::Point::Uploaded);
+        // The sink first, so that whoever hears of the upload finds it complete there.
+        job.owner.done(job.id, url.clone());
+        self.observer.uploaded(&url, job.rows, job.bytes);
+        self.backlog_changed(-(job.bytes as i128), -1);
+    }
+}
+
+/// Up to `limit` bytes of `file`; empty at its end.
+fn read_part(file: &mut File, limit: usize) -> std::io::Result<Vec<u8>> {
+    let mut part = Vec::with_capacity(limit);
+    file.take(limit as u64).read_to_end(&mut part)?;
+    Ok(part)
+}
+
+async fn run(shared: Arc<Shared>, mut jobs: mpsc::UnboundedReceiver<Job>) {
+    while let Some(job) = jobs.recv().await {
+        let mut backoff = shared.options.initial_backoff;
+        while let Err(error) = shared.upload(&job).await {
+            let waiting = lock(&shared.backlog).files;
+            let problem = format!(
+                "cannot upload {} to {}: {error}; retrying in {backoff:?}, {waiting} files waiting",
+                job.local.display(),
+                shared.remote.url_of(&job.key),
+            );
+            *lock(&shared.last_problem) = Some(error.to_string());
+            shared.observer.failed(&problem);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(shared.options.max_backoff);
+        }
+        shared.finish(job);
+    }
+}
+
+/// `file`'s path below `root` with `/` separators: its key below the output prefix.
+pub(crate) fn relative_key(root: &Path, file: &Path) -> Option<String> {
+    let relative = file.strip_prefix(root).ok()?;
+    let parts: Vec<&str> = relative
+        .components()
+        .map(|c| c.as_os_str().to_str())
+        .collect::<Option<_>>()?;
+    Some(parts.join("/"))
+}

@@ -1,0 +1,633 @@
+//! `--output s3://…` against a real S3-compatible server (moto, started by each test): uploads
+//! read back row for row, multipart for large files, a store that goes down and comes back, a
+//! crash right after an upload, bad credentials, and output URLs that are refused.
+//!
+//! The server must be installed (`pip install 'moto[s3]' flask flask-cors`, as `.ci/run` does):
+//! without it these tests fail and say how to install it, rather than skip.
+
+mod common;
+
+use std::collections::{BTreeSet, HashSet};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+use retry_spend_collector::record::{AttemptRow, AttemptSource, Decision, SpendClass};
+use retry_spend_collector::service::start;
+use retry_spend_collector::sinks::parquet::remote::{
+    self, LogObserver, StoreOptions, UploadOptions, Uploader, MIN_PART_BYTES,
+};
+use retry_spend_collector::sinks::parquet::schema::attempts_schema;
+use retry_spend_collector::sinks::parquet::{Output, ParquetSink, SinkOptions};
+
+use common::child::{request_spans, signal, PRICING};
+use common::collector::{config, example_requests, replayed_rows, EXAMPLE};
+use common::otel::{by_service, export_grpc};
+use common::s3::S3Server;
+use common::Row;
+
+const BUCKET: &str = "lake";
+/// Long enough for a loaded CI machine; a healthy run takes a few seconds.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Waits until `done` holds, checking it again every few milliseconds: for conditions only a
+/// store or another process can make true, which send no signal.
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Request `n` of [`common::child::request`] as one export of service `burst`.
+fn export_request(n: usize) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![KeyValue {
+                    key: "service.name".into(),
+                    value: Some(AnyValue {
+                        value: Some(Value::StringValue("burst".into())),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans: request_spans(n, true),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+async fn export(addr: SocketAddr, requests: &[usize]) -> Result<(), tonic::Status> {
+    let mut client = TraceServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    let mut export = ExportTraceServiceRequest::default();
+    for n in requests {
+        export
+            .resource_spans
+            .extend(export_request(*n).resource_spans);
+    }
+    client.export(export).await.map(|_| ())
+}
+
+/// `/healthz` once `done` holds for its (status, body).
+async fn health_when(addr: SocketAddr, done: impl Fn(&(u16, String)) -> bool) -> (u16, String) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let health = get(addr, "/healthz").await;
+        if done(&health) {
+            return health;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/healthz never got there: {health:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let response = reqwest::get(format!("http://{addr}{path}"))
+        .await
+        .expect("GET");
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap_or_default())
+}
+
+/// (request id, attempt index) of every row, and whether one came twice.
+fn attempts(rows: &[Row]) -> (BTreeSet<(String, String)>, bool) {
+    let keys: Vec<_> = rows
+        .iter()
+        .map(|r| (r["request_id"].clone(), r["attempt_index"].clone()))
+        .collect();
+    let unique: BTreeSet<_> = keys.iter().cloned().collect();
+    let duplicated = unique.len() != keys.len();
+    (unique, duplicated)
+}
+
+fn expected_attempts(requests: impl IntoIterator<Item = usize>) -> BTreeSet<(String, String)> {
+    requests
+        .into_iter()
+        .flat_map(|n| ["0", "1"].map(|i| (format!("burst-{n}"), i.to_owned())))
+        .collect()
+}
+
+/// Every key is a table file under the prefix: nothing else is ever written there.
+fn assert_only_table_files(keys: &[String], prefix: &str) {
+    assert!(!keys.is_empty(), "nothing was uploaded under {prefix}");
+    for key in keys {
+        let rest = key
+            .strip_prefix(&format!("{prefix}/attempts/date="))
+            .unwrap_or_else(|| panic!("{key} is not a table file of {prefix}"));
+        let (date, name) = rest.split_once('/').expect("partition/name");
+        assert!(
+            chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").is_ok(),
+            "{key}"
+        );
+        assert!(
+            name.starts_with("part-") && name.ends_with(".parquet") && !name.contains('/'),
+            "{key}"
+        );
+    }
+}
+
+fn collector_binary() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"));
+    command.env("RUST_LOG", "info");
+    command
+}
+
+#[test]
+fn replay_uploads_every_row_with_the_exact_schema() {
+    let server = S3Server::start();
+    server.create_bucket(BUCKET);
+    let staging = tempfile::tempdir().unwrap();
+    let output = collector_binary()
+        .args([
+            "replay",
+            "--pricing",
+            PRICING,
+            "--output",
+            "s3://lake/llm/retries",
+        ])
+        .arg("--staging")
+        .arg(staging.path())
+        .arg(EXAMPLE)
+        .envs(server.env())
+        .output()
+        .expect("run replay");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let bucket = server.client(BUCKET);
+    let keys = bucket.keys("llm/retries");
+    assert_only_table_files(&keys, "llm/retries");
+    for key in &keys {
+        assert!(
+            stdout.contains(&format!("wrote s3://lake/{key}")),
+            "{stdout}"
+        );
+    }
+    let (schema, rows) = bucket.read_table("llm/retries");
+    assert_eq!(schema.expect("a file").as_ref(), attempts_schema().as_ref());
+    assert_eq!(rows, replayed_rows());
+    assert!(
+        common::parquet_files(staging.path()).is_empty(),
+        "uploaded files leave staging"
+    );
+}
+
+fn serve_config(
+    server: &S3Server,
+    url: &str,
+    state: &Path,
+) -> retry_spend_collector::config::Config {
+    let mut config = config(Path::new(url));
+    config.wal.dir = state.to_path_buf();
+    let store = &mut config.exporters.parquet.object_store;
+    store.endpoint = Some(server.endpoint());
+    store.allow_http = Some(true);
+    store.options = server.options();
+    store.initial_backoff = Duration::from_millis(50);
+    store.max_backoff = Duration::from_millis(200);
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_uploads_the_rows_replay_writes_and_records_each_object() {
+    let server = S3Server::start();
+    server.create_bucket(BUCKET);
+    let state = tempfile::tempdir().unwrap();
+    let collector = start(serve_config(&server, "s3://lake/serve", state.path()))
+        .await
+        .expect("start");
+    export_grpc(collector.grpc_addr, by_service(&example_requests())).await;
+    collector.shutdown();
+    collector.wait().await.expect("clean shutdown");
+
+    let bucket = server.client(BUCKET);
+    let keys = bucket.keys("serve");
+    assert_only_table_files(&keys, "serve");
+    let (schema, rows) = bucket.read_table("serve");
+    assert_eq!(schema.expect("a file").as_ref(), attempts_schema().as_ref());
+    assert_eq!(rows, replayed_rows());
+    let staging = state.path().join(remote::STAGING_DIR);
+    assert!(
+        common::parquet_files(&staging).is_empty(),
+        "nothing left staged"
+    );
+    let instance = std::fs::read_to_string(state.path().join("instance-id")).expect("instance id");
+    for key in &keys {
+        assert!(
+            key.contains(&format!("/part-{}-", instance.trim())),
+            "{key}"
+        );
+    }
+}
+
+/// A row whose decision reason is `reason_bytes` of hex noise: files that do not compress.
+fn bulky_row(n: usize, reason_bytes: usize) -> AttemptRow {
+    use sha2::{Digest, Sha256};
+    let mut reason = String::with_capacity(reason_bytes);
+    let mut block = Sha256::digest(n.to_le_bytes());
+    while reason.len() < reason_bytes {
+        reason.push_str(&hex::encode(block));
+        block = Sha256::digest(block);
+    }
+    AttemptRow {
+        event_time: 1_787_659_200_000_000_000 + n as i64,
+        end_time: 1_787_659_200_000_000_000 + n as i64 + 5,
+        trace_id: format!("{:032x}", n + 1),
+        span_id: format!("{:016x}", n + 1),
+        request_id: format!("bulk-{n}"),
+        service_name: "bulk".into(),
+        task_type: None,
+        billing_group: None,
+        provider: None,
+        attempt_index: 0,
+        original_model: Some("glm-5".into()),
+        retry_model: None,
+        response_model: None,
+        original_family: None,
+        retry_family: None,
+        input_tokens: None,
+        cached_input_tokens: None,
+        output_tokens: None,
+        output_cap: None,
+        planned_attempt_usd: None,
+        actual_attempt_usd: None,
+        estimated_incremental_usd: None,
+        cumulative_incremental_usd: None,
+        remaining_envelope_usd: None,
+        max_incremental_usd: None,
+        group_ratio: None,
+        sdk_estimated_incremental_usd: None,
+        sdk_remaining_envelope_usd: None,
+        max_attempts_after_first: None,
+        pricing_version: None,
+        pricing_source: None,
+        pricing_digest: None,
+        pricing_checked_at: None,
+        spend_class: SpendClass::Base,
+        decision: Decision::FirstAttempt,
+        decision_reason: reason,
+        audited: false,
+        unaudited_reason: None,
+        error_type: None,
+        sdk_decision_reason: None,
+        violations: Vec::new(),
+        output_reached_client: None,
+        attempt_source: AttemptSource::Single,
+        envelope_source: None,
+    }
+}
+
+#[test]
+fn a_file_larger_than_a_part_is_uploaded_in_parts() {
+    let server = S3Server::start();
+    server.create_bucket(BUCKET);
+    let Ok(Output::Remote(output)) = Output::parse(Path::new("s3://lake/big")) else {
+        panic!("an s3 URL");
+    };
+    let store = remote::build_store(
+        &output,
+        &StoreOptions {
+            endpoint: Some(server.endpoint()),
+            allow_http: Some(true),
+            extra: server.options(),
+        },
+    )
+    .expect("store");
+    let uploader = Uploader::start(
+        store,
+        output,
+        UploadOptions {
+            part_bytes: MIN_PART_BYTES,
+            ..UploadOptions::default()
+        },
+        Arc::new(LogObserver),
+    )
+    .expect("uploader");
+    uploader.probe().expect("the store answers");
+    let staging = tempfile::tempdir().unwrap();
+    let mut sink =
+        ParquetSink::staging(staging.path(), SinkOptions::default(), uploader).expect("sink");
+    // About 12 MiB after compression: three parts of 5 MiB at most.
+    let rows: Vec<AttemptRow> = (0..1500).map(|n| bulky_row(n, 16 * 1024)).collect();
+    sink.write(&rows).expect("write");
+    let uploaded = sink.close().expect("every file uploaded");
+    assert_eq!(uploaded.len(), 1, "{uploaded:?}");
+
+    let bucket = server.client(BUCKET);
+    let keys = bucket.keys("big");
+    assert_only_table_files(&keys, "big");
+    let size = bucket.get(&keys[0]).len();
+    assert!(
+        size > 2 * MIN_PART_BYTES,
+        "a {size}-byte file is no test of parts"
+    );
+    let e_tag = bucket.e_tag(&keys[0]).expect("an entity tag");
+    let parts: usize = e_tag
+        .trim_matches('"')
+        .rsplit_once('-')
+        .and_then(|(_, parts)| parts.parse().ok())
+        .unwrap_or_else(|| panic!("{e_tag:?} is not the tag of a multipart upload"));
+    assert_eq!(parts, size.div_ceil(MIN_PART_BYTES), "{e_tag}");
+    let (_, read) = bucket.read_table("big");
+    assert_eq!(read.len(), rows.len());
+    let reasons: HashSet<_> = read.iter().map(|r| r["decision_reason"].clone()).collect();
+    assert!(rows.iter().all(|r| reasons.contains(&r.decision_reason)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_goes_down_refuses_once_the_backlog_is_full_and_loses_nothing() {
+    let mut server = S3Server::start();
+    server.create_bucket(BUCKET);
+    let state = tempfile::tempdir().unwrap();
+    let mut config = serve_config(&server, "s3://lake/outage", state.path());
+    // Any file waiting for upload fills the budget: refusals start with the first one.
+    config.exporters.parquet.object_store.max_staged_bytes = 1;
+    config.exporters.parquet.max_file_age = Duration::from_millis(100);
+    let collector = start(config).await.expect("start");
+    let (grpc, metrics, http) = (
+        collector.grpc_addr,
+        collector.metrics_addr,
+        collector.http_addr,
+    );
+    let bucket = server.client(BUCKET);
+
+    // Store up: one export, uploaded once its file is old enough.
+    export(grpc, &[0, 1, 2, 3]).await.expect("accepted");
+    wait_until("the first rows are uploaded", || {
+        bucket.read_table("outage").1.len() == 8
+    })
+    .await;
+    // The server forgets everything when it stops: keep what it holds now.
+    let before = bucket.read_table("outage").1;
+    assert_eq!(get(metrics, "/healthz").await.0, 200);
+
+    // Store down: accepted until a file waits for upload, refused from then on.
+    server.stop();
+    export(grpc, &[4])
+        .await
+        .expect("accepted while nothing waits");
+    // The file of request 4 waits for upload (the backlog) and its upload fails (the store).
+    let health = health_when(metrics, |(_, body)| {
+        body.contains("object_store_backlog: ") && body.contains("object_store: ")
+    })
+    .await;
+    assert_eq!(health.0, 503, "{health:?}");
+    let refused = export(grpc, &[5])
+        .await
+        .expect_err("refused while the backlog is full");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    let response = reqwest::Client::new()
+        .post(format!("http://{http}/v1/traces"))
+        .header("content-type", "application/x-protobuf")
+        .body(prost::Message::encode_to_vec(&export_request(5)))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+
+    // Store back (empty, like a new bucket): uploads resume, refusals end.
+    server.restart();
+    server.create_bucket(BUCKET);
+    health_when(metrics, |(status, _)| *status == 200).await;
+    export(grpc, &[5, 6]).await.expect("accepted again");
+    collector.shutdown();
+    collector.wait().await.expect("clean shutdown");
+
+    let after = bucket.read_table("outage").1;
+    let all: Vec<Row> = before.into_iter().chain(after).collect();
+    let (written, duplicated) = attempts(&all);
+    assert!(!duplicated, "an attempt was written twice: {written:?}");
+    assert_eq!(written, expected_attempts(0..7));
+}
+
+/// What `serve` logged until it listened (with its gRPC address), or until it exited.
+type Started = Result<(SocketAddr, Vec<String>), Vec<String>>;
+
+/// Starts `serve` with `args`, and reads its log until it listens or exits.
+fn spawn_serve(args: &[&str], envs: &[(&'static str, String)]) -> (std::process::Child, Started) {
+    let mut child = collector_binary()
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--metrics-addr", "127.0.0.1:0", "--pricing", PRICING])
+        .args(args)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start collector");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut log = Vec::new();
+    let listening = loop {
+        let Some(Ok(line)) = lines.next() else {
+            break Err(log);
+        };
+        let addr = line
+            .split("grpc_addr=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|addr| addr.parse().ok());
+        log.push(line);
+        if let Some(addr) = addr {
+            break Ok((addr, log));
+        }
+    };
+    // Keep draining the log so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    (child, listening)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_right_after_an_upload_neither_loses_nor_duplicates() {
+    let server = S3Server::start();
+    server.create_bucket(BUCKET);
+    let state = tempfile::tempdir().unwrap();
+    let config_file = state.path().join("collector.toml");
+    std::fs::write(
+        &config_file,
+        format!(
+            "[exporters.parquet]\nmax_file_age = \"100ms\"\n[wal]\ndir = {:?}\n",
+            state.path().join("state")
+        ),
+    )
+    .unwrap();
+    let args = [
+        "--output",
+        "s3://lake/crash",
+        "--config",
+        config_file.to_str().expect("utf-8 path"),
+    ];
+    let mut crashing = server.env();
+    crashing.push(("RETRY_SPEND_CRASH_AT", "uploaded:1".to_owned()));
+    let (mut child, listening) = spawn_serve(&args, &crashing);
+    let (grpc, _) = listening.expect("listening");
+    let mut acknowledged = Vec::new();
+    for n in 0..200 {
+        match export(grpc, &[n]).await {
+            Ok(()) => acknowledged.push(n),
+            Err(_) => break,
+        }
+    }
+    let crashed = child.wait().expect("wait");
+    assert!(
+        !crashed.success(),
+        "the collector was to abort after its first upload"
+    );
+    assert!(!acknowledged.is_empty());
+
+    let (mut child, listening) = spawn_serve(&args, &server.env());
+    let (_, log) = listening.expect("restarted");
+    signal(&child, "TERM");
+    assert!(child.wait().expect("wait").success());
+    // The uploaded file's records were still in the log, its staged copy gone: its rows were
+    // read back from the store.
+    let already_written: usize = log
+        .iter()
+        .find(|line| line.contains("replaying the write-ahead log"))
+        .and_then(|line| line.split("already_written=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no replay after the crash: {log:?}"));
+    assert!(already_written >= 2, "{log:?}");
+    let bucket = server.client(BUCKET);
+    let (written, duplicated) = attempts(&bucket.read_table("crash").1);
+    assert!(!duplicated, "an attempt was written twice");
+    let acknowledged = expected_attempts(acknowledged.iter().copied());
+    assert!(
+        acknowledged.is_subset(&written),
+        "acknowledged attempts are missing: {:?}",
+        acknowledged.difference(&written).collect::<Vec<_>>()
+    );
+    // The export in flight at the crash may be logged without its answer having arrived.
+    let sent = expected_attempts(0..=acknowledged.len() / 2);
+    assert!(written.is_subset(&sent), "{written:?}");
+}
+
+#[test]
+fn bad_credentials_fail_at_start_and_nothing_is_accepted() {
+    // The bucket is made by the one unauthenticated request; every later one needs known keys.
+    let server = S3Server::start_with_auth(Some(1));
+    server.create_bucket(BUCKET);
+    let state = tempfile::tempdir().unwrap();
+    let mut env = server.env();
+    for (key, value) in &mut env {
+        if *key == "AWS_SECRET_ACCESS_KEY" || *key == "AWS_ACCESS_KEY_ID" {
+            *value = "not-a-known-key".into();
+        }
+    }
+    let config_file = state.path().join("collector.toml");
+    std::fs::write(
+        &config_file,
+        format!("[wal]\ndir = {:?}\n", state.path().join("state")),
+    )
+    .unwrap();
+    let (mut child, listening) = spawn_serve(
+        &[
+            "--output",
+            "s3://lake/creds",
+            "--config",
+            config_file.to_str().expect("utf-8 path"),
+        ],
+        &env,
+    );
+    let Err(log) = listening else {
+        let _ = child.kill();
+        panic!("the collector listened with keys the store refuses");
+    };
+    let status = child.wait().expect("wait");
+    let log = log.join("\n");
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(
+        log.contains("cannot use the object store output s3://lake/creds")
+            && log.contains("InvalidAccessKeyId")
+            && log.contains("credentials"),
+        "{log}"
+    );
+
+    let replay = collector_binary()
+        .args([
+            "replay",
+            "--pricing",
+            PRICING,
+            "--output",
+            "s3://lake/creds",
+            EXAMPLE,
+        ])
+        .arg("--staging")
+        .arg(state.path().join("replay"))
+        .envs(env)
+        .output()
+        .expect("run replay");
+    let stderr = String::from_utf8_lossy(&replay.stderr);
+    assert_eq!(replay.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("InvalidAccessKeyId"), "{stderr}");
+    assert!(
+        common::parquet_files(&state.path().join("replay")).is_empty(),
+        "nothing is evaluated before the store answers"
+    );
+}
+
+#[test]
+fn an_output_with_an_unknown_scheme_or_no_wal_dir_is_refused_at_start() {
+    let cwd = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let output = collector_binary()
+            .current_dir(cwd.path())
+            .args(args)
+            .env_remove("RETRY_SPEND_OUTPUT_DIR")
+            .output()
+            .expect("run");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    for output in ["ftp://x/y", "s3:bucket/prefix", "s3:"] {
+        for command in ["serve", "replay"] {
+            let mut args = vec![command, "--pricing", PRICING, "--output", output];
+            if command == "replay" {
+                args.push(EXAMPLE);
+            }
+            let (code, stderr) = run(&args);
+            assert_eq!(code, Some(2), "{command} --output {output}: {stderr}");
+            assert!(stderr.contains(&format!("{output:?}")), "{stderr}");
+            assert!(stderr.contains("s3://bucket/prefix"), "{stderr}");
+        }
+    }
+    let (code, stderr) = run(&["serve", "--pricing", PRICING, "--output", "s3://lake/x"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("wal.dir: must be set"), "{stderr}");
+    let left: Vec<PathBuf> = std::fs::read_dir(cwd.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "a refused output left {left:?}");
+}
