@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use crate::assemble::{Assembler, AssemblerOptions};
 use crate::config::Config;
 use crate::config::FsyncMode;
+use crate::decisions::{self, Decider, SharedEngine};
 use crate::pipeline::{
     partition, run_log, Engine, InFlight, LogMessage, PipelineMessage, Watermark, Worker,
     WorkerSummary,
@@ -58,6 +59,8 @@ pub struct Collector {
     policies_dir: Option<std::path::PathBuf>,
     rules: RulesConfig,
     policy_keys: Arc<SharedAttributeKeys>,
+    /// The engine the decision service answers with: replaced with the shards' on reload.
+    decisions_engine: Arc<SharedEngine>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<WorkerSummary>>,
 }
@@ -116,6 +119,7 @@ impl Collector {
         for shard in &self.shards {
             send(shard, PipelineMessage::Reload(Box::new(engine.clone()))).await?;
         }
+        self.decisions_engine.set(engine);
         Ok(counts)
     }
 
@@ -413,17 +417,34 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         .forwarding(forwarding)
         .policy_keys(Arc::clone(&policy_keys));
     let (tls_on, tokens) = (tls.is_some(), auth.as_ref().map_or(0, |a| a.tokens()));
+    // Decisions are answered on the receivers' tasks with their own engine, never through the
+    // pipeline's queues.
+    let decisions_engine = SharedEngine::new(engine.clone());
+    let decider = Decider::new(
+        Arc::clone(&decisions_engine),
+        &config.decisions,
+        Arc::clone(&metrics),
+    );
     let grpc_server = tokio::spawn(grpc::serve(
         grpc_listener,
         intake.clone(),
         max_request_bytes,
         tls.clone(),
         auth.clone(),
+        tonic::service::Routes::new(decisions::grpc::DecisionsServer::new(
+            decider.clone(),
+            max_request_bytes,
+            auth.clone(),
+        )),
         stopped(),
     ));
     let http_server = tokio::spawn(http::serve(
         http_listener,
-        http::router(intake, max_request_bytes, auth),
+        http::router(intake, max_request_bytes, auth.clone()).merge(decisions::http::router(
+            decider,
+            max_request_bytes,
+            auth,
+        )),
         tls,
         stopped(),
     ));
@@ -503,6 +524,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         policies_dir,
         policy_keys,
         rules,
+        decisions_engine,
         shutdown,
         task,
     })
