@@ -341,6 +341,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         let thread = std::thread::Builder::new()
             .name(format!("pipeline-{shard}"))
             .spawn(move || {
+                yield_to_receivers();
                 worker.recover(records, &written);
                 drop(written);
                 worker.run(receiver)
@@ -528,6 +529,24 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         shutdown,
         task,
     })
+}
+
+/// How much lower than the receivers' threads the pipeline shards run (a nice increment).
+const PIPELINE_NICENESS: i32 = 10;
+
+/// Lowers the calling pipeline thread's scheduling priority, so that on a busy core the
+/// receivers' threads, which acknowledge exports and answer decisions (SPEC §7) on the retry
+/// path of a user's request, run before a Parquet batch is finished: the pipeline only falls
+/// behind, and the in-flight budget turns that into back-pressure. Best effort: a process may
+/// always lower a priority, and if even that is refused nothing else changes.
+fn yield_to_receivers() {
+    let thread = rustix::thread::gettid();
+    let nice = rustix::process::getpriority_process(Some(thread)).unwrap_or(0);
+    if let Err(e) =
+        rustix::process::setpriority_process(Some(thread), nice.saturating_add(PIPELINE_NICENESS))
+    {
+        tracing::debug!(error = %e, "cannot lower the pipeline thread's priority");
+    }
 }
 
 /// `verb`: "load" at start, "reload" on SIGHUP.

@@ -256,9 +256,8 @@ async fn accept(
             Bytes::from(request.encode_to_vec())
         }
     };
-    let export = state
-        .intake
-        .read(&bytes)
+    let export = super::read_off_runtime(&state.intake, &bytes)
+        .await
         .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid", e.to_string()))?;
     state
         .intake
