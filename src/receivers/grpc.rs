@@ -86,7 +86,7 @@ impl UnaryService<RawExport> for ExportMethod {
         let intake = self.intake.clone();
         Box::pin(async move {
             let RawExport { bytes } = request.into_inner();
-            let export = match super::read_off_runtime(&intake, &bytes).await {
+            let export = match intake.read(&bytes) {
                 Ok(export) => export,
                 Err(e) => {
                     intake.metrics().export_request("grpc", "invalid");

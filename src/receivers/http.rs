@@ -256,8 +256,9 @@ async fn accept(
             Bytes::from(request.encode_to_vec())
         }
     };
-    let export = super::read_off_runtime(&state.intake, &bytes)
-        .await
+    let export = state
+        .intake
+        .read(&bytes)
         .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid", e.to_string()))?;
     state
         .intake

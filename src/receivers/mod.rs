@@ -204,26 +204,6 @@ impl Intake {
     }
 }
 
-/// Exports at least this large are read on a blocking thread: reading 512 spans takes long
-/// enough that the async workers, which also answer decisions (SPEC §7) and acknowledge other
-/// exports, would stall behind it.
-const READ_OFF_RUNTIME_BYTES: usize = 64 * 1024;
-
-/// [`Intake::read`], on a blocking thread for a large export.
-pub(crate) async fn read_off_runtime(
-    intake: &Intake,
-    bytes: &Bytes,
-) -> Result<crate::contract::wire::WireExport, WireError> {
-    if bytes.len() < READ_OFF_RUNTIME_BYTES {
-        return intake.read(bytes);
-    }
-    let (reader, owned) = (intake.clone(), bytes.clone());
-    // A blocking task that could not run (the runtime shutting down) leaves the read here.
-    tokio::task::spawn_blocking(move || reader.read(&owned))
-        .await
-        .unwrap_or_else(|_| intake.read(bytes))
-}
-
 pub fn span_count(request: &ExportTraceServiceRequest) -> u64 {
     request
         .resource_spans
