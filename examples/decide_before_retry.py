@@ -19,7 +19,6 @@ requires one.
 """
 
 import argparse
-import datetime
 import json
 import os
 import secrets

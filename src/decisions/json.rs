@@ -60,7 +60,7 @@ struct RawEnvelope<'a> {
     task_type: Raw<'a>,
 }
 
-/// An attempt made, or (without the last two fields) the proposed one.
+/// An attempt made, or the proposed one (whose last two fields mean nothing yet).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename = "Attempt")]
 struct RawAttempt<'a> {
@@ -147,20 +147,11 @@ fn proposed(raw: &RawValue) -> Result<Option<ProposedAttempt>, Malformed> {
     if is_null(raw) {
         return Ok(None);
     }
+    // The fields only an attempt made has (`output_reached_client`, `error_type`) are read
+    // and ignored: nothing of the proposed attempt has happened yet.
     let a: RawAttempt<'_> = object("next", raw.get())?;
-    // The proposed attempt has made no output and no error yet.
-    for (name, value) in [
-        ("output_reached_client", a.output_reached_client),
-        ("error_type", a.error_type),
-    ] {
-        if value.is_some() {
-            return Err(Malformed::new(
-                format!("next.{name}"),
-                "unknown field: the proposed attempt has only model, input_tokens, \
-                 cached_input_tokens and output_cap",
-            ));
-        }
-    }
+    flag("next.output_reached_client", a.output_reached_client)?;
+    string("next.error_type", a.error_type)?;
     Ok(Some(ProposedAttempt {
         model: string("next.model", a.model)?,
         input_tokens: count("next.input_tokens", a.input_tokens)?,

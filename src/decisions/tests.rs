@@ -443,9 +443,10 @@ fn json_errors_name_the_field() {
     );
     assert_eq!(field(r#"{"next": {"model": 7}}"#), "next.model");
     assert_eq!(
-        field(r#"{"next": {"model": "glm-5", "error_type": "x"}}"#),
+        field(r#"{"next": {"model": "glm-5", "error_type": 5}}"#),
         "next.error_type"
     );
+    assert_eq!(field(r#"{"next": {"modle": "glm-5"}}"#), "next");
     assert_eq!(field(r#"{"attempts": {}}"#), "attempts");
     let unknown = request_from_json(br#"{"envelop": {}}"#).unwrap_err();
     assert_eq!(unknown.field, "request");
@@ -455,6 +456,16 @@ fn json_errors_name_the_field() {
     );
     assert_eq!(field("[1, 2]"), "request");
     assert_eq!(field("{"), "request");
+}
+
+#[test]
+fn json_next_may_carry_an_attempts_outcome_fields_which_mean_nothing_yet() {
+    let parsed = request_from_json(
+        br#"{"attempts": [{"model": "a"}],
+             "next": {"model": "b", "output_reached_client": false, "error_type": ""}}"#,
+    )
+    .unwrap();
+    assert_eq!(parsed.next.unwrap().model, "b");
 }
 
 #[test]
