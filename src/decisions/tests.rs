@@ -914,3 +914,137 @@ fn random_questions_cover_every_reachable_outcome() {
             .collect()
     );
 }
+
+fn any_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        "[ -~]{0,12}",
+        text(MODELS),
+        Just(VERSION.to_owned()),
+        Just("2026-08-22".to_owned()),
+        Just("-1e30".to_owned()),
+    ]
+}
+
+fn any_count() -> impl Strategy<Value = Option<i64>> {
+    prop_oneof![
+        Just(None),
+        any::<i64>().prop_map(Some),
+        (0i64..100_000).prop_map(Some)
+    ]
+}
+
+fn hostile_question() -> impl Strategy<Value = DecideRequest> {
+    let envelope = (
+        (any_text(), any_text(), any_text(), any_text(), any_text()),
+        (
+            any_count(),
+            prop::option::of(any::<bool>()),
+            prop::collection::vec(any_text(), 0..3),
+            prop::option::of(any::<bool>()),
+            any_text(),
+        ),
+    )
+        .prop_map(|((a, b, c, d, e), (f, g, h, i, j))| Envelope {
+            pricing_source: a,
+            pricing_checked_at: b,
+            pricing_version: c,
+            billing_group: d,
+            max_incremental_usd: e,
+            max_attempts_after_first: f,
+            allow_family_fallback: g,
+            allowed_fallback_families: h,
+            replay_safe: i,
+            task_type: j,
+        });
+    let attempt = (
+        any_text(),
+        any_count(),
+        any_count(),
+        any_count(),
+        prop::option::of(any::<bool>()),
+        any_text(),
+    )
+        .prop_map(|(model, input, cached, cap, reached, error)| Attempt {
+            model,
+            input_tokens: input,
+            cached_input_tokens: cached,
+            output_cap: cap,
+            output_reached_client: reached,
+            error_type: error,
+        });
+    let next = (any_text(), any_count(), any_count(), any_count()).prop_map(
+        |(model, input, cached, cap)| ProposedAttempt {
+            model,
+            input_tokens: input,
+            cached_input_tokens: cached,
+            output_cap: cap,
+        },
+    );
+    (
+        prop::option::of(envelope),
+        any_text(),
+        any_text(),
+        prop::collection::vec(attempt, 0..4),
+        prop::option::of(next),
+        prop_oneof![
+            any_text(),
+            Just(FRESH.to_owned()),
+            Just("9999-12-31T23:59:59Z".to_owned())
+        ],
+    )
+        .prop_map(
+            |(envelope, service, task_type, attempts, next, at)| DecideRequest {
+                envelope,
+                service,
+                task_type,
+                attempts,
+                next,
+                at,
+            },
+        )
+}
+
+proptest! {
+    /// Whatever a caller sends, the answer is an answer or a refusal naming a field: no panic,
+    /// and the attempt judged is always attempt k.
+    #[test]
+    fn any_question_is_answered_or_refused_naming_a_field(q in hostile_question()) {
+        let k = q.attempts.len() as i32;
+        match judge(&engine(), q, now()) {
+            Ok((row, _)) => prop_assert_eq!(row.attempt_index, k),
+            Err(DecideError::Malformed(m)) => prop_assert!(!m.field.is_empty()),
+            Err(e) => prop_assert!(false, "{e}"),
+        }
+    }
+
+    /// Any body, JSON or not, is read or refused; never a panic.
+    #[test]
+    fn any_body_is_read_or_refused(body in prop::collection::vec(any::<u8>(), 0..200)) {
+        let _ = request_from_json(&body);
+    }
+
+    /// JSON of the right shape with values of any type is read or refused naming a field.
+    #[test]
+    fn any_json_values_are_read_or_refused_naming_a_field(
+        values in prop::collection::vec(
+            prop_oneof![
+                Just("null".to_owned()), Just("true".to_owned()), Just("[]".to_owned()),
+                Just("{}".to_owned()), Just("1e999".to_owned()), Just("-0".to_owned()),
+                "-?[1-9][0-9]{0,24}(\\.[0-9]{1,5})?".prop_map(|s| s),
+                r#""[ !#-\[\]-~]{0,8}""#.prop_map(|s| s),
+            ],
+            8,
+        ),
+    ) {
+        let body = format!(
+            r#"{{"envelope": {{"max_incremental_usd": {}, "max_attempts_after_first": {}}},
+                "service": {}, "attempts": [{{"model": {}, "input_tokens": {}}}],
+                "next": {{"model": {}, "output_cap": {}}}, "at": {}}}"#,
+            values[0], values[1], values[2], values[3], values[4], values[5], values[6], values[7]
+        );
+        if let Err(m) = request_from_json(body.as_bytes()) {
+            prop_assert!(!m.field.is_empty() && m.field != "request", "{}: {}", body, m);
+        }
+    }
+}
