@@ -34,6 +34,7 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub service: ServiceConfig,
     pub wal: WalConfig,
+    pub decisions: DecisionsConfig,
 }
 
 /// `[receivers]`: where spans come in.
@@ -360,6 +361,15 @@ impl WalConfig {
             self.dir.clone()
         }
     }
+}
+
+/// `[decisions]`: the decision service (SPEC §7), served on the receivers' addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DecisionsConfig {
+    /// Allow retries the rules cannot audit (fail open). Off by default: the seed's envelope
+    /// fails closed, refusing what it cannot price.
+    pub allow_unaudited: bool,
 }
 
 /// When the write-ahead log is forced to disk.
@@ -952,6 +962,7 @@ mod tests {
         assert_eq!(c.exporters.otlp_forward.max_batch_bytes, 1_048_576);
         assert_eq!(c.telemetry.metrics_addr.to_string(), "127.0.0.1:9464");
         assert_eq!(c.service.shutdown_timeout, Duration::from_secs(30));
+        assert!(!c.decisions.allow_unaudited, "decisions fail closed");
     }
 
     #[test]

@@ -865,7 +865,7 @@ fn small_int(count: Count) -> Option<i32> {
 }
 
 /// An integer from an int, an integral double, or an integral decimal string.
-fn int(value: ValueRef<'_>) -> Count {
+pub(crate) fn int(value: ValueRef<'_>) -> Count {
     match value {
         ValueRef::Int(i) => Count::Value(i),
         ValueRef::Double(d) => int_from_decimal(double_to_decimal(d)),
@@ -883,7 +883,7 @@ fn int_from_decimal(d: Option<Decimal>) -> Count {
 
 /// Money from an int, a double (through its shortest decimal form), or a decimal string,
 /// rounded half-even to the 18 places the Parquet columns hold.
-fn money(value: ValueRef<'_>) -> Option<Decimal> {
+pub(crate) fn money(value: ValueRef<'_>) -> Option<Decimal> {
     let d = match value {
         ValueRef::Int(i) => Some(Decimal::from(i)),
         ValueRef::Double(d) => double_to_decimal(d),

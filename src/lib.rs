@@ -4,6 +4,7 @@ pub mod assemble;
 pub mod config;
 pub mod contract;
 pub mod crash;
+pub mod decisions;
 pub mod pipeline;
 pub mod policy;
 pub mod pricing;

@@ -64,6 +64,9 @@ pub struct AttemptRow {
 pub mod envelope_source {
     /// The request's own spans carry the envelope.
     pub const SPAN: &str = "span";
+    /// The decision service's answer about an envelope sent in its request (SPEC §7); the
+    /// row the audit writes for the same spans says [`SPAN`].
+    pub const REQUEST: &str = "request";
     /// Prefix of the value naming the policy file entry that gave the envelope.
     pub const POLICY_PREFIX: &str = "policy:";
 

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use crate::assemble::{Assembler, AssemblerOptions};
 use crate::config::Config;
 use crate::config::FsyncMode;
+use crate::decisions::{self, Decider, SharedEngine};
 use crate::pipeline::{
     partition, run_log, Engine, InFlight, LogMessage, PipelineMessage, Watermark, Worker,
     WorkerSummary,
@@ -59,6 +60,8 @@ pub struct Collector {
     policies_dir: Option<std::path::PathBuf>,
     rules: RulesConfig,
     policy_keys: Arc<SharedAttributeKeys>,
+    /// The engine the decision service answers with: replaced with the shards' on reload.
+    decisions_engine: Arc<SharedEngine>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<WorkerSummary>>,
 }
@@ -117,6 +120,7 @@ impl Collector {
         for shard in &self.shards {
             send(shard, PipelineMessage::Reload(Box::new(engine.clone()))).await?;
         }
+        self.decisions_engine.set(engine);
         Ok(counts)
     }
 
@@ -379,6 +383,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         let thread = std::thread::Builder::new()
             .name(format!("pipeline-{shard}"))
             .spawn(move || {
+                yield_to_receivers();
                 worker.recover(records, &written);
                 drop(written);
                 worker.run(receiver)
@@ -455,17 +460,34 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         .forwarding(forwarding)
         .policy_keys(Arc::clone(&policy_keys));
     let (tls_on, tokens) = (tls.is_some(), auth.as_ref().map_or(0, |a| a.tokens()));
+    // Decisions are answered on the receivers' tasks with their own engine, never through the
+    // pipeline's queues.
+    let decisions_engine = SharedEngine::new(engine.clone());
+    let decider = Decider::new(
+        Arc::clone(&decisions_engine),
+        &config.decisions,
+        Arc::clone(&metrics),
+    );
     let grpc_server = tokio::spawn(grpc::serve(
         grpc_listener,
         intake.clone(),
         max_request_bytes,
         tls.clone(),
         auth.clone(),
+        tonic::service::Routes::new(decisions::grpc::DecisionsServer::new(
+            decider.clone(),
+            max_request_bytes,
+            auth.clone(),
+        )),
         stopped(),
     ));
     let http_server = tokio::spawn(http::serve(
         http_listener,
-        http::router(intake, max_request_bytes, auth),
+        http::router(intake, max_request_bytes, auth.clone()).merge(decisions::http::router(
+            decider,
+            max_request_bytes,
+            auth,
+        )),
         tls,
         stopped(),
     ));
@@ -545,6 +567,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         policies_dir,
         policy_keys,
         rules,
+        decisions_engine,
         shutdown,
         task,
     })
@@ -585,6 +608,24 @@ async fn start_uploader(
         .await?
         .map_err(|e| anyhow::anyhow!("cannot use the object store output {remote}: {e}; check its credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE), region, endpoint and that the bucket exists: the collector lists, reads and writes under the prefix"))?;
     Ok(uploader)
+}
+
+/// How much lower than the receivers' threads the pipeline shards run (a nice increment).
+const PIPELINE_NICENESS: i32 = 10;
+
+/// Lowers the calling pipeline thread's scheduling priority, so that on a busy core the
+/// receivers' threads, which acknowledge exports and answer decisions (SPEC §7) on the retry
+/// path of a user's request, run before a Parquet batch is finished: the pipeline only falls
+/// behind, and the in-flight budget turns that into back-pressure. Best effort: a process may
+/// always lower a priority, and if even that is refused nothing else changes.
+fn yield_to_receivers() {
+    let thread = rustix::thread::gettid();
+    let nice = rustix::process::getpriority_process(Some(thread)).unwrap_or(0);
+    if let Err(e) =
+        rustix::process::setpriority_process(Some(thread), nice.saturating_add(PIPELINE_NICENESS))
+    {
+        tracing::debug!(error = %e, "cannot lower the pipeline thread's priority");
+    }
 }
 
 /// `verb`: "load" at start, "reload" on SIGHUP.

@@ -52,7 +52,7 @@ async fn load_until_refused(
                     break;
                 }
                 // Half the requests complete on arrival, half wait for their group wait.
-                match exporter.export(request(n, n % 2 == 0)).await {
+                match exporter.export(request(n, n.is_multiple_of(2))).await {
                     Ok(()) => acknowledged.push(n),
                     Err(_) => break,
                 }

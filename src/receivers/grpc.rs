@@ -175,15 +175,16 @@ where
     }
 }
 
-/// Serves `TraceService/Export` on `listener` until `shutdown` resolves, then finishes the
-/// requests in flight. With `tls`, only TLS connections are served; with `auth`, only
-/// requests carrying an accepted bearer token.
+/// Serves `TraceService/Export`, and the services of `beside` (the decision service), on
+/// `listener` until `shutdown` resolves, then finishes the requests in flight. With `tls`, only
+/// TLS connections are served; with `auth`, only exports carrying an accepted bearer token.
 pub async fn serve(
     listener: TcpListener,
     intake: Intake,
     max_request_bytes: usize,
     tls: Option<TlsIdentity>,
     auth: Option<Arc<Authenticator>>,
+    beside: tonic::service::Routes,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let service = TraceServer {
@@ -198,7 +199,7 @@ pub async fn serve(
         server = server.tls_config(tls.grpc())?;
     }
     server
-        .add_service(service)
+        .add_routes(beside.add_service(service))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

@@ -134,7 +134,7 @@ impl Exact {
         if self.mantissa == 0 {
             return Exact::ZERO;
         }
-        while self.scale > 0 && self.mantissa % 10 == 0 {
+        while self.scale > 0 && self.mantissa.is_multiple_of(10) {
             self.mantissa /= 10;
             self.scale -= 1;
         }

@@ -51,6 +51,7 @@ pub const LABEL_SPEND_CLASS: &str = "spend_class";
 pub const LABEL_TASK_TYPE: &str = "task_type";
 pub const LABEL_BILLING_GROUP: &str = "billing_group";
 pub const LABEL_VIOLATION: &str = "violation";
+pub const LABEL_ALLOWED: &str = "allowed";
 
 pub const SPANS_RECEIVED: Family = counter(
     "retry_spend_spans_received_total",
@@ -128,8 +129,14 @@ pub const FORWARD_DROPPED_SPANS: Family = counter(
     "retry_spend_forward_dropped_spans_total",
     "Spans given up on and never forwarded downstream.",
 );
+pub const DECISIONS: Family = counter(
+    "retry_spend_decisions_total",
+    "Answers of the decision service (POST /v1/retry-decision, RetryDecisions/Decide), by \
+     decision and whether the retry was allowed.",
+);
 
-/// Every family, in exposition order: intake, grouping, evaluation, Parquet, forwarding.
+/// Every family, in exposition order: intake, grouping, evaluation, Parquet, forwarding,
+/// decisions.
 pub const ALL: &[Family] = &[
     SPANS_RECEIVED,
     EXPORT_REQUESTS,
@@ -149,4 +156,5 @@ pub const ALL: &[Family] = &[
     FORWARD_SPANS,
     FORWARD_FAILURES,
     FORWARD_DROPPED_SPANS,
+    DECISIONS,
 ];

@@ -9,7 +9,11 @@ use rust_decimal::Decimal;
 
 use super::exposition::Exposition;
 use super::names::{self, Family};
-use crate::record::AttemptRow;
+use crate::record::{AttemptRow, Decision};
+
+/// One counter per (decision, allowed): the decision service counts without a lock or an
+/// allocation, as it answers on the retry path of a user's request.
+type DecisionCounters = [[AtomicU64; 2]; Decision::ALL.len()];
 
 /// Every metric the collector exposes, shared as `Arc<Metrics>` by receivers, the pipeline and
 /// the sinks.
@@ -37,6 +41,7 @@ pub struct Metrics {
     forward_dropped_spans: AtomicU64,
     /// Distinct values `task_type` and `billing_group` may each take; 0 means the default.
     label_values_cap: AtomicU64,
+    decisions: DecisionCounters,
 }
 
 /// Distinct values a client-supplied label keeps before the rest are counted as `_other`: both
@@ -232,6 +237,11 @@ impl Metrics {
         self.sink_errors.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Counts one answer of the decision service.
+    pub fn decision(&self, decision: Decision, allowed: bool) {
+        self.decisions[decision as usize][usize::from(allowed)].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The `/metrics` body: every family with its HELP and TYPE lines, series sorted by label
     /// values. Labelled families without any series yet show only HELP and TYPE.
     pub fn render(&self) -> String {
@@ -282,6 +292,7 @@ impl Metrics {
             &names::FORWARD_DROPPED_SPANS,
             &self.forward_dropped_spans,
         );
+        self.render_decisions(&mut out);
         out.finish()
     }
 
@@ -321,6 +332,32 @@ impl Metrics {
             out.sample(
                 &names::VIOLATIONS,
                 &[(names::LABEL_VIOLATION, violation)],
+                &n.to_string(),
+            );
+        }
+    }
+
+    fn render_decisions(&self, out: &mut Exposition) {
+        out.family(&names::DECISIONS);
+        let mut series: Vec<(&str, &str, u64)> = Decision::ALL
+            .iter()
+            .flat_map(|&decision| {
+                [false, true].map(|allowed| {
+                    let n = self.decisions[decision as usize][usize::from(allowed)]
+                        .load(Ordering::Relaxed);
+                    (decision.as_str(), if allowed { "true" } else { "false" }, n)
+                })
+            })
+            .filter(|(_, _, n)| *n > 0)
+            .collect();
+        series.sort_unstable();
+        for (decision, allowed, n) in series {
+            out.sample(
+                &names::DECISIONS,
+                &[
+                    (names::LABEL_DECISION, decision),
+                    (names::LABEL_ALLOWED, allowed),
+                ],
                 &n.to_string(),
             );
         }
