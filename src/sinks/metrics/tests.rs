@@ -435,3 +435,59 @@ fn client_label_values_past_the_cap_count_as_other() {
         ["retry_spend_label_values_capped_total 2"]
     );
 }
+
+/// Every query of the shipped Grafana dashboard names only metrics the collector exports, and
+/// the dashboard covers breaches, spend, audit coverage and pipeline health.
+#[test]
+fn the_grafana_dashboard_queries_only_exported_metrics() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/grafana/retry-spend.json"
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("dashboard file")).unwrap();
+    fn exprs(value: &serde_json::Value, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, v) in map {
+                    match (key.as_str(), v) {
+                        ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
+                        _ => exprs(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| exprs(v, out)),
+            _ => {}
+        }
+    }
+    let mut queries = Vec::new();
+    exprs(&dashboard, &mut queries);
+    assert!(queries.len() >= 10, "{queries:?}");
+    let exported: Vec<&str> = names::ALL.iter().map(|f| f.name).collect();
+    let mut used = std::collections::BTreeSet::new();
+    for query in &queries {
+        let mut rest = query.as_str();
+        while let Some(at) = rest.find("retry_spend_") {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                exported.contains(&name.as_str()),
+                "{name} in {query:?} is not a metric the collector exports"
+            );
+            used.insert(name.clone());
+            rest = &rest[at + name.len()..];
+        }
+    }
+    for needed in [
+        names::ATTEMPTS.name,
+        names::INCREMENTAL_USD.name,
+        names::UNAUDITED_ATTEMPTS.name,
+        names::REQUESTS_PENDING.name,
+        names::ROWS_WRITTEN.name,
+        names::SINK_ERRORS.name,
+    ] {
+        assert!(used.contains(needed), "the dashboard shows {needed}");
+    }
+}
