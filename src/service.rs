@@ -380,13 +380,14 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         )
         .with_watermark(shard, Arc::clone(&watermark));
         let written = Arc::clone(&written);
+        let clock = tokio::runtime::Handle::current();
         let thread = std::thread::Builder::new()
             .name(format!("pipeline-{shard}"))
             .spawn(move || {
                 yield_to_receivers();
                 worker.recover(records, &written);
                 drop(written);
-                worker.run(receiver)
+                worker.run(receiver, clock)
             })
             .context("cannot start a pipeline thread")?;
         senders.push(sender);
@@ -410,22 +411,19 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             .context("cannot start the write-ahead log thread")?
     };
 
+    // The shards keep their own time; the log stage is told when an `interval` fsync and a
+    // segment release are due.
     let ticker = {
-        let (senders, log_sender) = (senders.clone(), log_sender.clone());
+        let log_sender = log_sender.clone();
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(TICK);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             loop {
                 interval.tick().await;
                 // A full queue means that stage is busy and will tick soon enough.
-                let _ = log_sender.try_send(LogMessage::Tick);
-                let closed = senders.iter().any(|sender| {
-                    matches!(
-                        sender.try_send(PipelineMessage::Tick),
-                        Err(mpsc::error::TrySendError::Closed(_))
-                    )
-                });
-                if closed {
+                if let Err(mpsc::error::TrySendError::Closed(_)) =
+                    log_sender.try_send(LogMessage::Tick)
+                {
                     break;
                 }
             }

@@ -123,8 +123,6 @@ pub enum PipelineMessage {
         lsn: u64,
         permit: std::sync::Arc<Permit>,
     },
-    /// Time to evaluate groups whose wait has passed and to rotate files that are old enough.
-    Tick,
     /// Answered once everything sent before it has been ingested and every ready request
     /// evaluated: lets tests and tools wait for the pipeline without guessing.
     Barrier(tokio::sync::oneshot::Sender<()>),

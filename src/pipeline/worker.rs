@@ -23,6 +23,8 @@ use crate::sinks::parquet::{LsnRange, ParquetSink, ParquetSinkError};
 pub const PARQUET_COMPONENT: &str = "parquet";
 /// How often the worker tells the log which segments it no longer needs.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// How long evaluated rows wait in the batch for more before they go to the sink.
+const FLUSH_EVERY: Duration = Duration::from_millis(200);
 
 /// What the worker did, returned when it ends.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +74,7 @@ pub struct Worker {
     /// Rows of files a sink error abandoned: kept in the log until a restart recovers them.
     pinned_lsn: Option<u64>,
     last_checkpoint: Instant,
+    last_tick: Instant,
     /// Rows whose write failed, retried on every tick: the probe that notices recovery.
     unwritten: Vec<(Vec<AttemptRow>, Option<LsnRange>)>,
     /// Rows evaluated but not yet handed to the sink: Arrow and Parquet pay per batch, so
@@ -111,6 +114,7 @@ impl Worker {
             next_lsn: 1,
             pinned_lsn: None,
             last_checkpoint: Instant::now(),
+            last_tick: Instant::now(),
             unwritten: Vec::new(),
             batch: Vec::with_capacity(WRITE_BATCH_ROWS),
             batch_lsns: None,
@@ -141,10 +145,31 @@ impl Worker {
     }
 
     /// Runs until every sender is dropped, then evaluates everything pending and completes
-    /// every file. Call on a thread of its own: it blocks.
-    pub fn run(mut self, mut messages: mpsc::Receiver<PipelineMessage>) -> WorkerSummary {
+    /// every file. Call on a thread of its own: it blocks. The worker owns its timer: it waits
+    /// for the next message or its next deadline ([`Worker::next_wake`]), whichever comes first;
+    /// `clock` is the runtime whose timers it waits on.
+    pub fn run(
+        mut self,
+        mut messages: mpsc::Receiver<PipelineMessage>,
+        clock: tokio::runtime::Handle,
+    ) -> WorkerSummary {
         let nothing_written = HashSet::new();
-        while let Some(message) = messages.blocking_recv() {
+        loop {
+            let now = Instant::now();
+            let wake = self.next_wake();
+            if wake <= now {
+                self.tick(now);
+                continue;
+            }
+            let deadline = tokio::time::Instant::from_std(wake);
+            // The timer is made inside the runtime's context, which `block_on` enters.
+            let next =
+                clock.block_on(async { tokio::time::timeout_at(deadline, messages.recv()).await });
+            let message = match next {
+                Ok(Some(message)) => message,
+                Ok(None) => break,
+                Err(_) => continue,
+            };
             let now = Instant::now();
             match message {
                 PipelineMessage::Export { part, lsn, permit } => {
@@ -152,7 +177,6 @@ impl Worker {
                     self.next_lsn = self.next_lsn.max(lsn + 1);
                     drop(permit);
                 }
-                PipelineMessage::Tick => self.tick(now),
                 PipelineMessage::Barrier(done) => {
                     // A barrier is also the moment to notice a sink that can write again.
                     self.flush_batch();
@@ -247,7 +271,23 @@ impl Worker {
         self.report_pending();
     }
 
+    /// When the worker must act without a message: the assembler's next group deadline, the
+    /// next flush of rows waiting in the batch (or retry of rows a sink refused), and the next
+    /// checkpoint, which also lets go of logical spans and HTTP tries that waited in vain and
+    /// completes files that are old enough.
+    fn next_wake(&self) -> Instant {
+        let mut wake = self.last_checkpoint + CHECKPOINT_EVERY;
+        if let Some(deadline) = self.assembler.next_deadline() {
+            wake = wake.min(deadline);
+        }
+        if !self.batch.is_empty() || !self.unwritten.is_empty() {
+            wake = wake.min(self.last_tick + FLUSH_EVERY);
+        }
+        wake
+    }
+
     fn tick(&mut self, now: Instant) {
+        self.last_tick = now;
         let mut ready = Ready::default();
         self.assembler.expire(now, &mut ready);
         self.evaluate(ready);
