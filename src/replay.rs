@@ -361,7 +361,7 @@ fn take_facts(grouper: &mut Grouper, plain: &mut PlainSpans, spans: Vec<SpanFact
                 Offer::Attempt(_) | Offer::Plain => &mut stats.attempts,
                 Offer::Logical => &mut stats.logical,
                 Offer::Duplicate => &mut stats.duplicates,
-                Offer::Passthrough => &mut stats.passthrough,
+                Offer::Passthrough | Offer::HeldTry => &mut stats.passthrough,
             },
         };
         *counter += 1;

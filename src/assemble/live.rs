@@ -100,11 +100,11 @@ impl Assembler {
                 return if held { Offer::Plain } else { Offer::Duplicate };
             }
             SpanKind::HttpTry => {
-                if let Some(try_) = HttpTry::of(&span) {
-                    self.plain.offer_try(try_, now);
+                let held = HttpTry::of(&span).is_some_and(|try_| self.plain.offer_try(try_, now));
+                if held {
                     self.enforce_cap(ready);
+                    return Offer::HeldTry;
                 }
-                // HTTP tries go on untouched whatever inference makes of them.
                 return Offer::Passthrough;
             }
             _ => {}
@@ -142,7 +142,7 @@ impl Assembler {
                 }
                 self.enforce_cap(ready);
             }
-            Offer::Duplicate | Offer::Passthrough | Offer::Plain => {}
+            Offer::Duplicate | Offer::Passthrough | Offer::Plain | Offer::HeldTry => {}
         }
         offer
     }

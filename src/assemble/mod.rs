@@ -228,6 +228,9 @@ pub enum Offer {
     Passthrough,
     /// A plain GenAI span held for inference (`serve`; see [`Assembler`]).
     Plain,
+    /// An HTTP try held for inference until its GenAI parent is evaluated; it still goes on
+    /// untouched at once, whatever inference makes of it.
+    HeldTry,
 }
 
 impl Grouper {

@@ -101,7 +101,9 @@ impl PlainHold {
         true
     }
 
-    /// Holds an HTTP try's facts for its GenAI parent; false when it was seen before.
+    /// Holds an HTTP try's facts for its GenAI parent. False when nothing is held: the try was
+    /// seen before, or it has no parent (no GenAI span can be above it), so the caller has no
+    /// log record to keep for it.
     pub(super) fn offer_try(&mut self, try_: HttpTry, now: Instant) -> bool {
         let id = (try_.trace_id, try_.span_id);
         if !self.remember(id) {
@@ -125,7 +127,7 @@ impl PlainHold {
         let Some(parent) = try_.parent_span_id else {
             // A try with no parent has no GenAI span above it: nothing to infer from it.
             trace.count -= 1;
-            return true;
+            return false;
         };
         trace.by_parent.entry(parent).or_default().push(try_);
         self.bytes += TRY_BYTES;

@@ -101,7 +101,7 @@ pub fn ingest_with(
             Offer::Attempt(_) | Offer::Plain => stats.attempts += 1,
             Offer::Logical => stats.logical += 1,
             Offer::Duplicate => stats.duplicates += 1,
-            Offer::Passthrough => stats.passthrough += 1,
+            Offer::Passthrough | Offer::HeldTry => stats.passthrough += 1,
         }
     }
     stats

@@ -213,10 +213,6 @@ impl Worker {
         for (i, facts) in part.spans.into_iter().enumerate() {
             let id = (facts.trace_id, facts.span_id);
             let is_logical = facts.kind == SpanKind::LogicalRequest;
-            if let (SpanKind::HttpTry, Some(lsn)) = (facts.kind, lsn) {
-                // Held for inference until its GenAI parent is evaluated or it is let go.
-                self.plain_lsns.entry(id).or_insert(lsn);
-            }
             let offer = if written.contains(&id) {
                 self.assembler.offer_written(facts, now, &mut ready)
             } else {
@@ -249,7 +245,11 @@ impl Worker {
                     }
                 }
                 Offer::Duplicate => duplicates += 1,
-                Offer::Logical | Offer::Passthrough => {
+                Offer::Logical | Offer::Passthrough | Offer::HeldTry => {
+                    if let (Offer::HeldTry, Some(lsn)) = (&offer, lsn) {
+                        // Kept in the log until its GenAI parent is evaluated or it is let go.
+                        self.plain_lsns.entry(id).or_insert(lsn);
+                    }
                     if let (true, Some(lsn)) = (is_logical, lsn) {
                         self.logical_lsns.entry(id).or_insert(lsn);
                     }

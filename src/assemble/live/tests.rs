@@ -284,7 +284,7 @@ fn http_tries_keep_their_genai_span_waiting_and_become_its_attempts() {
     let later = t + Duration::from_secs(5);
     assert_eq!(
         a.offer(http_try(1, 10, 1), later, &mut ready),
-        Offer::Passthrough
+        Offer::HeldTry
     );
     a.offer(http_try(1, 11, 1), later, &mut ready);
     a.expire(t + WAIT, &mut ready);
@@ -294,4 +294,28 @@ fn http_tries_keep_their_genai_span_waiting_and_become_its_attempts() {
     assert_eq!(ready.requests[0].attempt_source, AttemptSource::HttpRetry);
     assert_eq!(ready.requests[0].attempts.len(), 2);
     assert_eq!(ready.consumed.len(), 3, "the GenAI span and both tries");
+}
+
+/// The worker keeps an HTTP try's log record only while the assembler holds the try: a try with
+/// no parent, or one seen before, is held by nobody and must not pin the log.
+#[test]
+fn only_http_tries_held_for_a_parent_are_held() {
+    let mut a = Assembler::new(options(10));
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    let mut orphan = http_try(1, 10, 1);
+    orphan.parent_span_id = None;
+    assert_eq!(a.offer(orphan, t, &mut ready), Offer::Passthrough);
+    assert_eq!(a.offer(http_try(1, 11, 1), t, &mut ready), Offer::HeldTry);
+    assert_eq!(
+        a.offer(http_try(1, 11, 1), t, &mut ready),
+        Offer::Passthrough,
+        "a re-sent try is not held twice"
+    );
+    a.expire(t + WAIT, &mut ready);
+    assert_eq!(
+        ready.consumed,
+        [([1; 16], [11; 8])],
+        "the held try is let go once"
+    );
 }
