@@ -9,11 +9,9 @@ use std::time::Duration;
 
 use rust_decimal::Decimal;
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-
 use crate::assemble::{Grouper, Offer, PlainSpans};
-use crate::contract::{service_name, AttributeKeys, HttpTry, SpanFacts, SpanKind};
-use crate::pipeline::{Engine, IngestStats};
+use crate::contract::{AttributeKeys, HttpTry, SpanFacts, SpanKind};
+use crate::pipeline::{span_facts_with, Engine, IngestStats};
 use crate::record::{AttemptRow, Decision, SpendClass};
 use crate::sinks::parquet::remote::{self, LogObserver, StoreOptions, UploadOptions, Uploader};
 use crate::sinks::parquet::{ParquetSink, ParquetSinkError, RemoteOutput, SinkOptions};
@@ -277,7 +275,7 @@ fn parse_lines(
                     .into_iter()
                     .map(|(number, line)| {
                         crate::contract::otlp_json::parse_request(line.as_bytes())
-                            .map(|request| facts_of(&request, keys))
+                            .map(|request| span_facts_with(&request, keys).collect())
                             .map_err(|e| (number, e.to_string()))
                     })
                     .collect();
@@ -323,22 +321,6 @@ fn parse_lines(
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("the replay reader panicked")))
     })
-}
-
-/// Every span of `request` read into facts, with the policy attributes of `keys`.
-fn facts_of(request: &ExportTraceServiceRequest, keys: &AttributeKeys) -> Vec<SpanFacts> {
-    let mut out = Vec::new();
-    for resource_spans in &request.resource_spans {
-        let resource = resource_spans
-            .resource
-            .as_ref()
-            .map_or(&[][..], |r| r.attributes.as_slice());
-        let service = service_name(resource);
-        for span in resource_spans.scope_spans.iter().flat_map(|s| &s.spans) {
-            out.push(SpanFacts::from_span_with(span, &service, resource, keys));
-        }
-    }
-    out
 }
 
 /// Offers every span of one line: plain GenAI spans and HTTP tries are held for inference,

@@ -87,8 +87,7 @@ fn read_resource_spans(
             _ => r.skip(wire_type)?,
         }
     }
-    let service = service_name(bytes, &resources)?;
-    let resource_captures = captures(bytes, &resources, keys)?;
+    let (service, resource_captures) = read_resource(bytes, &resources, keys)?;
     for scope_range in scopes {
         let origin = u32::try_from(out.origins.len()).map_err(|_| WireError("too many scopes"))?;
         let mut scope = Vec::new();
@@ -127,39 +126,18 @@ fn read_resource_spans(
     Ok(())
 }
 
-/// `service.name` of the first attribute with that key, as the decoded path reads it.
-fn service_name(bytes: &Bytes, resources: &[Range<usize>]) -> Result<Arc<str>, WireError> {
-    for range in resources {
-        let mut r = Reader::sub(bytes, range.clone());
-        while let Some((field, wire_type)) = r.key()? {
-            match (field, wire_type) {
-                (1, LEN) => {
-                    let kv = r.len_delimited()?;
-                    let (key, value) = read_key_value(bytes, kv, |key| key == attr::SERVICE_NAME)?;
-                    if key {
-                        return Ok(match value {
-                            Some(ValueRef::Str(name)) if !name.is_empty() => Arc::from(name),
-                            _ => Arc::from(attr::UNKNOWN_SERVICE),
-                        });
-                    }
-                }
-                _ => r.skip(wire_type)?,
-            }
-        }
-    }
-    Ok(Arc::from(attr::UNKNOWN_SERVICE))
-}
+/// (key, value in string form) of the attributes policies name.
+type Captured = Vec<(String, String)>;
 
-/// The resource attributes that policies name, in string form.
-fn captures(
+/// One pass over the resource's attributes: `service.name` of the first attribute with that key
+/// (as the decoded path reads it), and the attributes that policies name, in string form.
+fn read_resource(
     bytes: &Bytes,
     resources: &[Range<usize>],
     keys: &AttributeKeys,
-) -> Result<Vec<(String, String)>, WireError> {
-    let mut out = Vec::new();
-    if keys.is_empty() {
-        return Ok(out);
-    }
+) -> Result<(Arc<str>, Captured), WireError> {
+    let mut service: Option<Arc<str>> = None;
+    let mut captured = Vec::new();
     for range in resources {
         let mut r = Reader::sub(bytes, range.clone());
         while let Some((field, wire_type)) = r.key()? {
@@ -167,19 +145,35 @@ fn captures(
                 (1, LEN) => {
                     let kv = r.len_delimited()?;
                     let mut name = "";
-                    let (wanted, value) = read_key_value(bytes, kv, |key| {
+                    let (_, value) = read_key_value(bytes, kv, |key| {
                         name = key;
-                        keys.contains(key)
+                        (key == attr::SERVICE_NAME && service.is_none()) || keys.contains(key)
                     })?;
-                    if let (true, Some(text)) = (wanted, value.and_then(string_form_of)) {
-                        out.push((name.to_owned(), text));
+                    if name == attr::SERVICE_NAME && service.is_none() {
+                        let found: Arc<str> = match value {
+                            Some(ValueRef::Str(name)) if !name.is_empty() => Arc::from(name),
+                            _ => Arc::from(attr::UNKNOWN_SERVICE),
+                        };
+                        if keys.is_empty() {
+                            // No policy names a resource attribute: the service is all we need.
+                            return Ok((found, captured));
+                        }
+                        service = Some(found);
+                    }
+                    if keys.contains(name) {
+                        if let Some(text) = value.and_then(string_form_of) {
+                            captured.push((name.to_owned(), text));
+                        }
                     }
                 }
                 _ => r.skip(wire_type)?,
             }
         }
     }
-    Ok(out)
+    Ok((
+        service.unwrap_or_else(|| Arc::from(attr::UNKNOWN_SERVICE)),
+        captured,
+    ))
 }
 
 fn read_span(
