@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use prost::Message;
-use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use super::proto::{DecideRequest, DecideResponse};
 use super::{DecideError, Decider, DECIDE_PATH, GRPC_SERVICE};
 use crate::receivers::auth::{self, Authenticator};
+use crate::receivers::grpc::ResponseEncoder;
 
 /// The `RetryDecisions` service as a tower service for tonic's router.
 #[derive(Debug, Clone)]
@@ -112,16 +113,15 @@ fn status_of(error: &DecideError) -> Status {
 #[derive(Debug, Clone, Copy, Default)]
 struct DecideCodec;
 struct DecideDecoder;
-struct DecideEncoder;
 
 impl Codec for DecideCodec {
     type Encode = DecideResponse;
     type Decode = DecideRequest;
-    type Encoder = DecideEncoder;
+    type Encoder = ResponseEncoder<DecideResponse>;
     type Decoder = DecideDecoder;
 
-    fn encoder(&mut self) -> DecideEncoder {
-        DecideEncoder
+    fn encoder(&mut self) -> Self::Encoder {
+        ResponseEncoder::default()
     }
 
     fn decoder(&mut self) -> DecideDecoder {
@@ -137,15 +137,5 @@ impl Decoder for DecideDecoder {
         DecideRequest::decode(src)
             .map(Some)
             .map_err(|e| Status::invalid_argument(format!("malformed DecideRequest: {e}")))
-    }
-}
-
-impl Encoder for DecideEncoder {
-    type Item = DecideResponse;
-    type Error = Status;
-
-    fn encode(&mut self, item: DecideResponse, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        item.encode(dst)
-            .map_err(|e| Status::internal(format!("cannot encode response: {e}")))
     }
 }

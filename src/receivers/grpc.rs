@@ -26,7 +26,8 @@ use super::{Intake, Refusal, Transport};
 
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
-/// A decoded export request with the bytes it came in.
+/// An export request's bytes, read into span facts by the method (which knows whether spans
+/// are forwarded).
 pub struct RawExport {
     bytes: Bytes,
 }
@@ -34,16 +35,15 @@ pub struct RawExport {
 #[derive(Clone, Copy, Default)]
 struct ExportCodec;
 struct ExportDecoder;
-struct ExportEncoder;
 
 impl Codec for ExportCodec {
     type Encode = ExportTraceServiceResponse;
     type Decode = RawExport;
-    type Encoder = ExportEncoder;
+    type Encoder = ResponseEncoder<ExportTraceServiceResponse>;
     type Decoder = ExportDecoder;
 
-    fn encoder(&mut self) -> ExportEncoder {
-        ExportEncoder
+    fn encoder(&mut self) -> Self::Encoder {
+        ResponseEncoder::default()
     }
 
     fn decoder(&mut self) -> ExportDecoder {
@@ -63,11 +63,21 @@ impl Decoder for ExportDecoder {
     }
 }
 
-impl Encoder for ExportEncoder {
-    type Item = ExportTraceServiceResponse;
+/// Encodes the protobuf answer of a method served by hand (the trace service, the decision
+/// service): what tonic's own codec would do, shared by both.
+pub(crate) struct ResponseEncoder<T>(std::marker::PhantomData<T>);
+
+impl<T> Default for ResponseEncoder<T> {
+    fn default() -> Self {
+        ResponseEncoder(std::marker::PhantomData)
+    }
+}
+
+impl<T: Message> Encoder for ResponseEncoder<T> {
+    type Item = T;
     type Error = Status;
 
-    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+    fn encode(&mut self, item: T, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
         item.encode(dst)
             .map_err(|e| Status::internal(format!("cannot encode response: {e}")))
     }
