@@ -310,7 +310,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Waits for SIGTERM or SIGINT; SIGHUP reloads the pricing snapshots and policies meanwhile.
+/// Waits for SIGTERM or SIGINT; SIGHUP reloads the pricing snapshots, policies, TLS certificate
+/// and bearer tokens meanwhile.
 async fn wait_for_signal(
     collector: &retry_spend_collector::service::Collector,
     mut terminate: tokio::signal::unix::Signal,
@@ -328,8 +329,14 @@ async fn wait_for_signal(
                 return Ok(());
             }
             _ = hangup.recv() => match collector.reload().await {
-                Ok((snapshots, policies)) => tracing::info!(snapshots, policies, "SIGHUP: pricing snapshots reloaded, envelope policies reloaded"),
-                Err(e) => tracing::error!("SIGHUP: {e:#}; keeping the snapshots and policies in use"),
+                Ok(reloaded) => tracing::info!(
+                    snapshots = reloaded.snapshots,
+                    policies = reloaded.policies,
+                    tls_certificate = reloaded.certificate,
+                    bearer_tokens = reloaded.tokens,
+                    "SIGHUP: pricing snapshots reloaded, envelope policies reloaded"
+                ),
+                Err(e) => tracing::error!("SIGHUP: {e:#}; nothing reloaded, keeping the snapshots, policies, certificate and tokens in use"),
             },
         }
     }

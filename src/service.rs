@@ -24,7 +24,7 @@ use crate::pipeline::{
 };
 use crate::policy::{PolicySet, DEFAULT_POLICIES_DIR};
 use crate::pricing::PricingBook;
-use crate::receivers::auth::Authenticator;
+use crate::receivers::auth::{Authenticator, Tokens};
 use crate::receivers::tls::TlsIdentity;
 use crate::receivers::{grpc, http, Intake};
 use crate::rules::RulesConfig;
@@ -62,6 +62,9 @@ pub struct Collector {
     policy_keys: Arc<SharedAttributeKeys>,
     /// The engine the decision service answers with: replaced with the shards' on reload.
     decisions_engine: Arc<SharedEngine>,
+    /// The receivers' certificate and bearer tokens, shared with them and replaced on reload.
+    tls: Option<TlsIdentity>,
+    auth: Option<Arc<Authenticator>>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<WorkerSummary>>,
 }
@@ -105,29 +108,76 @@ impl Collector {
         self.in_flight.used()
     }
 
-    /// Reloads every pricing snapshot and envelope policy (what SIGHUP does), returning how
-    /// many of each. Either directory with errors refuses both, and the ones in use stay: a
-    /// policy may name a snapshot the same change adds.
-    pub async fn reload(&self) -> anyhow::Result<(usize, usize)> {
-        let engine = Engine {
-            book: load_pricing(&self.pricing_dir, "reload")?,
-            rules: self.rules,
-            policies: load_policies(self.policies_dir.as_deref(), "reload")?,
+    /// Reloads every pricing snapshot and envelope policy, and the receivers' certificate and
+    /// bearer tokens when configured (what SIGHUP does). Everything is read and checked before
+    /// anything is replaced, and any error refuses the whole reload, naming every bad file:
+    /// the ones in use all stay. (A policy may name a snapshot the same change adds; a
+    /// certificate and a token file are often rotated together.) Connections already open keep
+    /// the certificate they were made with.
+    pub async fn reload(&self) -> anyhow::Result<Reloaded> {
+        let book = load_pricing(&self.pricing_dir, "reload");
+        let policies = load_policies(self.policies_dir.as_deref(), "reload");
+        let certificate = self.tls.as_ref().map(TlsIdentity::read).transpose();
+        let tokens = self.auth.as_ref().map(|auth| auth.read()).transpose();
+        let (book, policies, certificate, tokens) = match (book, policies, certificate, tokens) {
+            (Ok(book), Ok(policies), Ok(certificate), Ok(tokens)) => {
+                (book, policies, certificate, tokens)
+            }
+            (book, policies, certificate, tokens) => {
+                let problems: Vec<String> = [
+                    book.err(),
+                    policies.err(),
+                    certificate.err().map(anyhow::Error::from),
+                    tokens.err().map(anyhow::Error::from),
+                ]
+                .into_iter()
+                .flatten()
+                .map(|e| format!("{e:#}"))
+                .collect();
+                anyhow::bail!("{}", problems.join("; "));
+            }
         };
-        let counts = (engine.book.len(), engine.policies.len());
+        let engine = Engine {
+            book,
+            rules: self.rules,
+            policies,
+        };
+        let reloaded = Reloaded {
+            snapshots: engine.book.len(),
+            policies: engine.policies.len(),
+            certificate: certificate.is_some(),
+            tokens: tokens.as_ref().map(Tokens::len),
+        };
         self.policy_keys
             .set(engine.policies.attribute_keys().clone());
         for shard in &self.shards {
             send(shard, PipelineMessage::Reload(Box::new(engine.clone()))).await?;
         }
         self.decisions_engine.set(engine);
-        Ok(counts)
+        if let (Some(tls), Some(certificate)) = (&self.tls, certificate) {
+            tls.install(certificate);
+        }
+        if let (Some(auth), Some(tokens)) = (&self.auth, tokens) {
+            auth.install(tokens);
+        }
+        Ok(reloaded)
     }
 
     /// Waits for the collector to stop (after [`Collector::shutdown`]).
     pub async fn wait(self) -> anyhow::Result<WorkerSummary> {
         self.task.await.context("collector task failed")?
     }
+}
+
+/// What a reload put in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reloaded {
+    pub snapshots: usize,
+    pub policies: usize,
+    /// The receivers' certificate and key were read again (TLS is on).
+    pub certificate: bool,
+    /// The bearer tokens now accepted (authentication is on).
+    pub tokens: Option<usize>,
 }
 
 /// Lets paused shards go on (see [`Collector::pause_pipeline`]); dropping it does too.
@@ -484,9 +534,9 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         http::router(intake, max_request_bytes, auth.clone()).merge(decisions::http::router(
             decider,
             max_request_bytes,
-            auth,
+            auth.clone(),
         )),
-        tls,
+        tls.clone(),
         stopped(),
     ));
     let (metrics_stop, metrics_stop_rx) = watch::channel(false);
@@ -566,6 +616,8 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         policy_keys,
         rules,
         decisions_engine,
+        tls,
+        auth,
         shutdown,
         task,
     })

@@ -249,7 +249,8 @@ async fn reload_swaps_policies_and_a_broken_file_keeps_the_ones_in_use() {
     export_grpc(collector.grpc_addr, by_service(&example_requests())).await;
     collector.sync().await.unwrap();
     write(policies.path(), "a.toml", &legacy_named("after"));
-    assert_eq!(collector.reload().await.unwrap(), (1, 1));
+    let reloaded = collector.reload().await.unwrap();
+    assert_eq!((reloaded.snapshots, reloaded.policies), (1, 1));
     let rows = stop(collector, out.path()).await;
     // req-no-envelope names its attempt count, so it was evaluated before the second reload.
     let legacy = rows_of(&rows, "req-no-envelope");
@@ -270,7 +271,8 @@ async fn requests_evaluated_after_a_reload_use_the_new_policies() {
     cfg.processors.retry_spend.policies_dir = Some(policies.path().to_path_buf());
     let collector = start(cfg).await.unwrap();
     write(policies.path(), "a.toml", &legacy_named("after"));
-    assert_eq!(collector.reload().await.unwrap(), (1, 1));
+    let reloaded = collector.reload().await.unwrap();
+    assert_eq!((reloaded.snapshots, reloaded.policies), (1, 1));
     export_grpc(collector.grpc_addr, by_service(&example_requests())).await;
     let rows = stop(collector, out.path()).await;
     let legacy = rows_of(&rows, "req-no-envelope");

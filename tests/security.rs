@@ -7,7 +7,8 @@ mod common;
 use common::collector::{config, example_requests, replayed_rows, stop, EXAMPLE, EXAMPLE_ROWS};
 use common::otel::by_service;
 use common::secure::{
-    export_grpc, export_https, export_raw_grpc, post_https, self_signed, tokens_file, Client,
+    export_grpc, export_https, export_raw_grpc, handshake, post_https, post_https_to, self_signed,
+    tokens_file, Client, SelfSigned,
 };
 use opentelemetry_otlp::Protocol;
 use retry_spend_collector::service::{start, Collector};
@@ -297,4 +298,197 @@ async fn start_refuses_a_missing_certificate_naming_it() {
         )),
         "{error}"
     );
+}
+
+/// Makes `to`'s certificate and key the ones in `from`'s files, as a certificate rotation does.
+fn replace_certificate(from: &SelfSigned, to: &SelfSigned) {
+    std::fs::copy(&to.tls.cert_file, &from.tls.cert_file).unwrap();
+    std::fs::copy(&to.tls.key_file, &from.tls.key_file).unwrap();
+}
+
+/// Whether a new client trusting only `ca` completes a handshake with both receivers.
+async fn both_receivers_trusted_by(collector: &Collector, ca: &str) -> (bool, bool) {
+    (
+        handshake(collector.grpc_addr, ca).await.is_ok(),
+        handshake(collector.http_addr, ca).await.is_ok(),
+    )
+}
+
+/// Whether `token` is accepted by the gRPC and the HTTP export, and by the HTTP decision
+/// service, over a new connection trusting `ca`.
+async fn token_accepted(collector: &Collector, ca: &str, token: &str) -> (bool, bool, bool) {
+    let request = example_requests().remove(0);
+    let bearer = format!("Bearer {token}");
+    let client = Client {
+        ca: Some(ca),
+        token: None,
+    };
+    let grpc =
+        match export_raw_grpc(collector.grpc_addr, client, Some(&bearer), request.clone()).await {
+            Ok(()) => true,
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+                false
+            }
+        };
+    let http = post_https(collector.http_addr, ca, Some(&bearer), &request).await;
+    assert!(matches!(http.status().as_u16(), 200 | 401), "{http:?}");
+    // An empty question: malformed (400) once past authentication, 401 before it.
+    let decision = post_https_to(
+        collector.http_addr,
+        "/v1/retry-decision",
+        ca,
+        Some(&bearer),
+        bytes::Bytes::new(),
+    )
+    .await;
+    assert!(
+        matches!(decision.status().as_u16(), 400 | 401),
+        "{decision:?}"
+    );
+    (grpc, http.status() == 200, decision.status() != 401)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_puts_the_new_certificate_and_tokens_in_use_for_new_connections() {
+    let out = tempfile::tempdir().unwrap();
+    let old = self_signed();
+    let new = self_signed();
+    let mut config = config(out.path());
+    config.receivers.otlp.tls = old.tls.clone();
+    config.receivers.otlp.auth = tokens_file(out.path(), &[TOKEN]);
+    let collector = start(config).await.unwrap();
+    assert_eq!(
+        both_receivers_trusted_by(&collector, &old.cert_pem).await,
+        (true, true)
+    );
+    assert_eq!(
+        both_receivers_trusted_by(&collector, &new.cert_pem).await,
+        (false, false)
+    );
+    assert_eq!(
+        token_accepted(&collector, &old.cert_pem, TOKEN).await,
+        (true, true, true)
+    );
+    // A connection made before the reload, used after it.
+    let mut open = tonic::transport::Channel::from_shared(format!(
+        "https://{}",
+        collector.grpc_addr
+    ))
+    .unwrap()
+    .tls_config(
+        tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(&old.cert_pem))
+            .domain_name("localhost"),
+    )
+    .unwrap()
+    .connect()
+    .await
+    .map(opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient::new)
+    .unwrap();
+
+    replace_certificate(&old, &new);
+    tokens_file(out.path(), &[SECOND_TOKEN]);
+    let reloaded = collector.reload().await.unwrap();
+    assert!(reloaded.certificate);
+    assert_eq!(reloaded.tokens, Some(1));
+
+    assert_eq!(
+        both_receivers_trusted_by(&collector, &new.cert_pem).await,
+        (true, true),
+        "new connections get the new certificate"
+    );
+    assert_eq!(
+        both_receivers_trusted_by(&collector, &old.cert_pem).await,
+        (false, false),
+        "and never the old one"
+    );
+    assert_eq!(
+        token_accepted(&collector, &new.cert_pem, SECOND_TOKEN).await,
+        (true, true, true)
+    );
+    assert_eq!(
+        token_accepted(&collector, &new.cert_pem, TOKEN).await,
+        (false, false, false),
+        "the token no longer in the file is refused everywhere"
+    );
+    let mut request = tonic::Request::new(example_requests().remove(1));
+    let bearer = format!("Bearer {SECOND_TOKEN}").parse().unwrap();
+    request.metadata_mut().insert("authorization", bearer);
+    open.export(request)
+        .await
+        .expect("an open connection keeps its certificate and sees the new tokens");
+    assert_eq!(
+        export_requests_line(&collector, "grpc", "unauthenticated"),
+        r#"retry_spend_export_requests_total{transport="grpc",outcome="unauthenticated"} 1"#
+    );
+    stop(collector, out.path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_reload_names_the_file_and_keeps_the_certificate_and_tokens_in_use() {
+    let out = tempfile::tempdir().unwrap();
+    let old = self_signed();
+    let new = self_signed();
+    let mut config = config(out.path());
+    config.receivers.otlp.tls = old.tls.clone();
+    let tokens = tokens_file(out.path(), &[TOKEN]);
+    config.receivers.otlp.auth = tokens.clone();
+    let collector = start(config).await.unwrap();
+    let in_use = || async {
+        (
+            both_receivers_trusted_by(&collector, &old.cert_pem).await,
+            both_receivers_trusted_by(&collector, &new.cert_pem).await,
+            token_accepted(&collector, &old.cert_pem, TOKEN).await,
+            token_accepted(&collector, &old.cert_pem, SECOND_TOKEN).await,
+        )
+    };
+    let unchanged = (
+        (true, true),
+        (false, false),
+        (true, true, true),
+        (false, false, false),
+    );
+
+    // A new certificate whose key is still the old one's, beside a good new tokens file.
+    std::fs::copy(&new.tls.cert_file, &old.tls.cert_file).unwrap();
+    tokens_file(out.path(), &[SECOND_TOKEN]);
+    let error = format!("{:#}", collector.reload().await.unwrap_err());
+    assert!(
+        error.contains(&format!(
+            "receivers.otlp.tls.key_file {}: cannot be used with {}",
+            old.tls.key_file.display(),
+            old.tls.cert_file.display()
+        )),
+        "{error}"
+    );
+    assert_eq!(in_use().await, unchanged, "nothing was replaced");
+
+    // A good certificate and key beside a tokens file with a malformed line.
+    replace_certificate(&old, &new);
+    tokens_file(out.path(), &[SECOND_TOKEN, "half a token"]);
+    let error = format!("{:#}", collector.reload().await.unwrap_err());
+    assert!(
+        error.contains(&format!(
+            "receivers.otlp.auth.tokens_file {}: line 4: ",
+            tokens.tokens_file.display()
+        )),
+        "{error}"
+    );
+    assert!(!error.contains("half a token"), "{error}");
+    assert_eq!(in_use().await, unchanged, "nothing was replaced");
+
+    // An unreadable certificate.
+    std::fs::remove_file(&old.tls.cert_file).unwrap();
+    tokens_file(out.path(), &[SECOND_TOKEN]);
+    let error = format!("{:#}", collector.reload().await.unwrap_err());
+    assert!(
+        error.contains(&format!(
+            "receivers.otlp.tls.cert_file {}: cannot read",
+            old.tls.cert_file.display()
+        )),
+        "{error}"
+    );
+    assert_eq!(in_use().await, unchanged, "nothing was replaced");
+    stop(collector, out.path()).await;
 }

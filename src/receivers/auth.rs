@@ -3,11 +3,13 @@
 //! Accepted tokens are kept only as SHA-256 digests. A presented token is hashed and compared
 //! with every accepted digest in constant time, so neither how long the comparison takes nor
 //! the token's length tells a caller how close it came; and with no token held in memory, none
-//! can end up in a log line or a `Debug` print.
+//! can end up in a log line or a `Debug` print. On reload the sources are read again and the
+//! new tokens replace the old ones whole, or not at all.
 
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{PoisonError, RwLock};
 
 use http::HeaderValue;
 use sha2::{Digest, Sha256};
@@ -42,15 +44,39 @@ pub enum AuthError {
     NoTokens { sources: String },
 }
 
-/// The accepted tokens, as digests.
+/// The accepted tokens, as digests, and where they were read from (read again on reload).
 pub struct Authenticator {
-    digests: Vec<[u8; 32]>,
+    config: AuthConfig,
+    digests: RwLock<Tokens>,
+}
+
+/// Accepted tokens, read and checked but not yet in use (see [`Authenticator::install`]).
+pub struct Tokens(Vec<[u8; 32]>);
+
+impl Tokens {
+    /// How many tokens are accepted.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Never true for tokens that were read: sources without a token are an error.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tokens")
+            .field("tokens", &self.len())
+            .finish()
+    }
 }
 
 impl fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Authenticator")
-            .field("tokens", &self.digests.len())
+            .field("tokens", &self.tokens())
             .finish()
     }
 }
@@ -69,33 +95,34 @@ impl Authenticator {
         if !config.is_enabled() {
             return Ok(None);
         }
-        let mut tokens = Vec::new();
-        let mut sources = Vec::new();
-        if !config.tokens_file.as_os_str().is_empty() {
-            tokens.extend(tokens_from_file(&config.tokens_file)?);
-            sources.push(format!("tokens_file {}", config.tokens_file.display()));
-        }
-        if !config.tokens_env.is_empty() {
-            tokens.extend(tokens_from_env(&config.tokens_env, &env)?);
-            sources.push(format!("tokens_env {}", config.tokens_env));
-        }
-        if tokens.is_empty() {
-            return Err(AuthError::NoTokens {
-                sources: sources.join(" and "),
-            });
-        }
-        Ok(Some(Authenticator::from_tokens(&tokens)))
+        Ok(Some(Authenticator {
+            digests: RwLock::new(read_tokens(config, env)?),
+            config: config.clone(),
+        }))
     }
 
+    /// Reads the sources again, for [`Authenticator::install`]; the tokens in use are
+    /// untouched, so a bad file on reload changes nothing.
+    pub fn read(&self) -> Result<Tokens, AuthError> {
+        read_tokens(&self.config, |name| std::env::var_os(name))
+    }
+
+    /// Accepts `tokens`, and only them, from the next request on.
+    pub fn install(&self, tokens: Tokens) {
+        *self.digests.write().unwrap_or_else(PoisonError::into_inner) = tokens;
+    }
+
+    #[cfg(test)]
     fn from_tokens(tokens: &[String]) -> Authenticator {
         Authenticator {
-            digests: tokens.iter().map(|t| digest(t.as_bytes())).collect(),
+            config: AuthConfig::default(),
+            digests: RwLock::new(Tokens::digests_of(tokens)),
         }
     }
 
     /// How many tokens are accepted (for the start-up log line).
     pub fn tokens(&self) -> usize {
-        self.digests.len()
+        self.current().len()
     }
 
     /// Whether an `authorization` header carries an accepted bearer token.
@@ -108,11 +135,50 @@ impl Authenticator {
     fn accepts_token(&self, token: &[u8]) -> bool {
         let presented = digest(token);
         // Every digest is compared, whichever matches, so timing does not say which one did.
-        let matched = self.digests.iter().fold(Choice::from(0), |any, accepted| {
-            any | accepted.ct_eq(&presented)
-        });
+        let matched = self
+            .current()
+            .0
+            .iter()
+            .fold(Choice::from(0), |any, accepted| {
+                any | accepted.ct_eq(&presented)
+            });
         matched.into()
     }
+
+    fn current(&self) -> std::sync::RwLockReadGuard<'_, Tokens> {
+        // A poisoned lock still holds the last tokens set, which were checked.
+        self.digests.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Tokens {
+    fn digests_of(tokens: &[String]) -> Tokens {
+        Tokens(tokens.iter().map(|t| digest(t.as_bytes())).collect())
+    }
+}
+
+/// Every token of `config`'s sources; an error when a source cannot be read, holds a
+/// malformed token, or when there is no token at all.
+fn read_tokens(
+    config: &AuthConfig,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<Tokens, AuthError> {
+    let mut tokens = Vec::new();
+    let mut sources = Vec::new();
+    if !config.tokens_file.as_os_str().is_empty() {
+        tokens.extend(tokens_from_file(&config.tokens_file)?);
+        sources.push(format!("tokens_file {}", config.tokens_file.display()));
+    }
+    if !config.tokens_env.is_empty() {
+        tokens.extend(tokens_from_env(&config.tokens_env, &env)?);
+        sources.push(format!("tokens_env {}", config.tokens_env));
+    }
+    if tokens.is_empty() {
+        return Err(AuthError::NoTokens {
+            sources: sources.join(" and "),
+        });
+    }
+    Ok(Tokens::digests_of(&tokens))
 }
 
 fn digest(token: &[u8]) -> [u8; 32] {
@@ -354,6 +420,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("holds no token"), "{msg}");
+    }
+
+    #[test]
+    fn a_reload_replaces_the_tokens_and_a_bad_file_keeps_them() {
+        let (dir, config) = file_config("alpha\n");
+        let auth = Authenticator::load_with(&config, no_env).unwrap().unwrap();
+        std::fs::write(dir.path().join("tokens"), "beta\nbad token\n").unwrap();
+        assert!(auth.read().is_err());
+        assert!(auth.accepts(Some(&header("Bearer alpha"))));
+        std::fs::write(dir.path().join("tokens"), "beta\n").unwrap();
+        let tokens = auth.read().unwrap();
+        // Read is not yet in use.
+        assert!(auth.accepts(Some(&header("Bearer alpha"))));
+        auth.install(tokens);
+        assert!(!auth.accepts(Some(&header("Bearer alpha"))));
+        assert!(auth.accepts(Some(&header("Bearer beta"))));
     }
 
     #[test]

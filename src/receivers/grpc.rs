@@ -202,14 +202,19 @@ pub async fn serve(
         max_request_bytes,
         auth,
     };
+    let mut server = tonic::transport::Server::builder();
+    let routes = server.add_routes(beside.add_service(service));
+    // Our own handshakes rather than tonic's, whose certificate is fixed when it starts: ours
+    // read the one in use at each handshake, so a reload reaches new connections.
+    if let Some(tls) = tls {
+        let incoming = tls.grpc_listener(listener).into_incoming();
+        return routes
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await;
+    }
     // SDKs export one request at a time; Nagle's algorithm would stall each small answer.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let mut server = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        server = server.tls_config(tls.grpc())?;
-    }
-    server
-        .add_routes(beside.add_service(service))
+    routes
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

@@ -131,7 +131,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     if let Some(tls) = tls {
-        return axum::serve(tls.listener(listener), router)
+        return axum::serve(tls.http_listener(listener), router)
             .with_graceful_shutdown(shutdown)
             .await;
     }

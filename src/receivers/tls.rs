@@ -1,15 +1,17 @@
 //! TLS (rustls, ring) for the OTLP receivers.
 //!
-//! The certificate and key are read and checked once at start, so a wrong path, a file that is
-//! not PEM or a key that does not belong to the certificate fails start-up naming the file,
-//! instead of failing every handshake later. The gRPC receiver hands the same PEM to tonic,
-//! which handshakes itself; the HTTP receiver serves on [`TlsListener`].
+//! The certificate and key are read and checked at start, so a wrong path, a file that is not
+//! PEM or a key that does not belong to the certificate fails start-up naming the file,
+//! instead of failing every handshake later. Both receivers handshake on [`TlsListener`] with
+//! a certificate resolver that reads the one in use per handshake, so a reload
+//! ([`TlsIdentity::read`], then [`TlsIdentity::install`]) reaches new connections of both at
+//! once while the connections already open keep the certificate they were made with.
 
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -17,10 +19,11 @@ use tokio::task::JoinSet;
 use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::pem::{self, PemObject};
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
+use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
-use tonic::transport::{Identity, ServerTlsConfig};
 
 use crate::config::TlsConfig;
 
@@ -45,17 +48,46 @@ pub enum TlsError {
     },
 }
 
-/// The server's certificate chain and key, checked.
+/// The receivers' TLS: the files it was loaded from and the certificate in use. Clones share
+/// that certificate.
 #[derive(Clone)]
 pub struct TlsIdentity {
-    cert_pem: Vec<u8>,
-    key_pem: Vec<u8>,
+    config: TlsConfig,
+    current: Arc<CurrentCertificate>,
     http: Arc<ServerConfig>,
+    grpc: Arc<ServerConfig>,
 }
 
 impl fmt::Debug for TlsIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsIdentity").finish_non_exhaustive()
+    }
+}
+
+/// A certificate chain and its key, read and checked but not yet in use.
+pub struct Certificate(Arc<CertifiedKey>);
+
+impl fmt::Debug for Certificate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Certificate").finish_non_exhaustive()
+    }
+}
+
+/// What every handshake of both receivers presents; replaced whole on reload.
+struct CurrentCertificate(RwLock<Arc<CertifiedKey>>);
+
+impl fmt::Debug for CurrentCertificate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CurrentCertificate").finish_non_exhaustive()
+    }
+}
+
+impl ResolvesServerCert for CurrentCertificate {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        // A poisoned lock still holds the last certificate set, which was checked.
+        Some(Arc::clone(
+            &self.0.read().unwrap_or_else(PoisonError::into_inner),
+        ))
     }
 }
 
@@ -65,74 +97,100 @@ impl TlsIdentity {
         if !config.is_enabled() {
             return Ok(None);
         }
-        // tonic builds its rustls config with the process-wide provider: make it ring, the one
-        // this crate is built with, even if another crate in the build enables a second one.
+        // tonic's clients (and any other rustls user in the process) build their configs with
+        // the process-wide provider: make it ring, the one this crate is built with.
         let _ = ring::default_provider().install_default();
-        let cert_path = &config.cert_file;
-        let key_path = &config.key_file;
-        let cert_pem = read(cert_path, "cert_file")?;
-        let key_pem = read(key_path, "key_file")?;
-        let invalid = |key: &'static str, path: &Path, problem: String| TlsError::Invalid {
-            key,
-            path: path.to_path_buf(),
-            problem,
+        let Certificate(first) = read_certificate(config)?;
+        let current = Arc::new(CurrentCertificate(RwLock::new(first)));
+        let server_config = |alpn: &[u8]| -> Result<Arc<ServerConfig>, TlsError> {
+            let mut server =
+                ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| TlsError::Invalid {
+                        key: "cert_file",
+                        path: config.cert_file.clone(),
+                        problem: e.to_string(),
+                    })?
+                    .with_no_client_auth()
+                    .with_cert_resolver(Arc::clone(&current) as Arc<dyn ResolvesServerCert>);
+            server.alpn_protocols = vec![alpn.to_vec()];
+            Ok(Arc::new(server))
         };
-        let chain = CertificateDer::pem_slice_iter(&cert_pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| invalid("cert_file", cert_path, format!("not PEM certificates: {e}")))?;
-        if chain.is_empty() {
-            return Err(invalid(
-                "cert_file",
-                cert_path,
-                "no PEM certificate found (expected -----BEGIN CERTIFICATE-----)".to_owned(),
-            ));
-        }
-        // The decoder's own messages can quote the file, so a key problem is described, not
-        // echoed.
-        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-            let problem = match e {
-                pem::Error::NoItemsFound => "no PEM private key found",
-                _ => "not a readable PEM private key",
-            };
-            invalid(
-                "key_file",
-                key_path,
-                format!("{problem} (expected PKCS#8, PKCS#1 or SEC1)"),
-            )
-        })?;
-        let mut http = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
-            .map_err(|e| {
-                invalid(
-                    "key_file",
-                    key_path,
-                    format!("cannot be used with {}: {e}", cert_path.display()),
-                )
-            })?;
-        http.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Some(TlsIdentity {
-            cert_pem,
-            key_pem,
-            http: Arc::new(http),
+            config: config.clone(),
+            http: server_config(b"http/1.1")?,
+            grpc: server_config(b"h2")?,
+            current,
         }))
     }
 
-    /// The gRPC receiver's TLS settings.
-    pub fn grpc(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new()
-            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
-            .timeout(HANDSHAKE_TIMEOUT)
+    /// Reads and checks the files again, for [`TlsIdentity::install`]; what is in use is
+    /// untouched, so a bad file on reload changes nothing.
+    pub fn read(&self) -> Result<Certificate, TlsError> {
+        read_certificate(&self.config)
     }
 
-    /// A listener that yields only connections whose handshake completed.
-    pub fn listener(&self, tcp: TcpListener) -> TlsListener {
-        TlsListener {
-            tcp,
-            acceptor: TlsAcceptor::from(Arc::clone(&self.http)),
-            handshakes: JoinSet::new(),
-        }
+    /// Puts `certificate` in use for every handshake from now on, on both receivers.
+    pub fn install(&self, certificate: Certificate) {
+        *self
+            .current
+            .0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = certificate.0;
     }
+
+    /// The OTLP/HTTP receiver's listener: yields only connections whose handshake completed.
+    pub fn http_listener(&self, tcp: TcpListener) -> TlsListener {
+        TlsListener::new(tcp, &self.http)
+    }
+
+    /// The gRPC receiver's listener (HTTP/2 negotiated by ALPN, as gRPC clients require).
+    pub fn grpc_listener(&self, tcp: TcpListener) -> TlsListener {
+        TlsListener::new(tcp, &self.grpc)
+    }
+}
+
+fn read_certificate(config: &TlsConfig) -> Result<Certificate, TlsError> {
+    let cert_path = &config.cert_file;
+    let key_path = &config.key_file;
+    let cert_pem = read(cert_path, "cert_file")?;
+    let key_pem = read(key_path, "key_file")?;
+    let invalid = |key: &'static str, path: &Path, problem: String| TlsError::Invalid {
+        key,
+        path: path.to_path_buf(),
+        problem,
+    };
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid("cert_file", cert_path, format!("not PEM certificates: {e}")))?;
+    if chain.is_empty() {
+        return Err(invalid(
+            "cert_file",
+            cert_path,
+            "no PEM certificate found (expected -----BEGIN CERTIFICATE-----)".to_owned(),
+        ));
+    }
+    // The decoder's own messages can quote the file, so a key problem is described, not
+    // echoed.
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+        let problem = match e {
+            pem::Error::NoItemsFound => "no PEM private key found",
+            _ => "not a readable PEM private key",
+        };
+        invalid(
+            "key_file",
+            key_path,
+            format!("{problem} (expected PKCS#8, PKCS#1 or SEC1)"),
+        )
+    })?;
+    let certified = CertifiedKey::from_der(chain, key, &ring::default_provider()).map_err(|e| {
+        invalid(
+            "key_file",
+            key_path,
+            format!("cannot be used with {}: {e}", cert_path.display()),
+        )
+    })?;
+    Ok(Certificate(Arc::new(certified)))
 }
 
 fn read(path: &Path, key: &'static str) -> Result<Vec<u8>, TlsError> {
@@ -144,11 +202,33 @@ fn read(path: &Path, key: &'static str) -> Result<Vec<u8>, TlsError> {
 }
 
 /// Accepts TCP connections and handshakes each on a task of its own, so one slow or silent
-/// client never holds up the others; axum serves the streams it yields.
+/// client never holds up the others; axum serves the streams it yields, and tonic the stream
+/// [`TlsListener::into_incoming`] makes of it.
 pub struct TlsListener {
     tcp: TcpListener,
     acceptor: TlsAcceptor,
     handshakes: JoinSet<Option<(TlsStream<TcpStream>, SocketAddr)>>,
+}
+
+impl TlsListener {
+    fn new(tcp: TcpListener, config: &Arc<ServerConfig>) -> TlsListener {
+        TlsListener {
+            tcp,
+            acceptor: TlsAcceptor::from(Arc::clone(config)),
+            handshakes: JoinSet::new(),
+        }
+    }
+
+    /// The handshaken connections as the stream tonic serves; it never ends nor fails (accept
+    /// errors are handled as axum's listener does).
+    pub fn into_incoming(
+        self,
+    ) -> impl futures_util::Stream<Item = io::Result<TlsStream<TcpStream>>> + Send + 'static {
+        futures_util::stream::unfold(self, |mut listener| async move {
+            let (stream, _) = axum::serve::Listener::accept(&mut listener).await;
+            Some((Ok(stream), listener))
+        })
+    }
 }
 
 impl axum::serve::Listener for TlsListener {
@@ -190,11 +270,11 @@ async fn handshake(
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(stream)) => Some((stream, peer)),
         Ok(Err(error)) => {
-            tracing::debug!(%peer, %error, "OTLP/HTTP TLS handshake failed");
+            tracing::debug!(%peer, %error, "OTLP TLS handshake failed");
             None
         }
         Err(_) => {
-            tracing::debug!(%peer, "OTLP/HTTP TLS handshake timed out");
+            tracing::debug!(%peer, "OTLP TLS handshake timed out");
             None
         }
     }
@@ -211,7 +291,7 @@ async fn accept_failed(error: io::Error) {
     ) {
         return;
     }
-    tracing::error!(%error, "OTLP/HTTP accept failed");
+    tracing::error!(%error, "OTLP receiver accept failed");
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 

@@ -20,7 +20,7 @@ use opentelemetry_sdk::Resource;
 use retry_spend_collector::config::{AuthConfig, TlsConfig};
 use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::CertificateDer;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
 use super::otel::ServiceBatch;
@@ -123,6 +123,18 @@ pub async fn export_grpc(
     Ok(())
 }
 
+/// Completes a TLS handshake with `addr` as a new client trusting only `ca_pem` would: an error
+/// when the server's certificate is not one that CA vouches for.
+pub async fn handshake(addr: SocketAddr, ca_pem: &str) -> std::io::Result<()> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(rustls_client(ca_pem)));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("localhost").expect("a DNS name");
+    tokio::time::timeout(TIMEOUT, connector.connect(name, tcp))
+        .await
+        .map_err(std::io::Error::other)?
+        .map(drop)
+}
+
 /// A client config trusting only `ca_pem`, with the ring provider the collector uses.
 fn rustls_client(ca_pem: &str) -> ClientConfig {
     let mut roots = RootCertStore::empty();
@@ -181,12 +193,24 @@ pub async fn post_https(
     request: &ExportTraceServiceRequest,
 ) -> http::Response<Bytes> {
     use prost::Message;
-    let mut builder = http::Request::post(format!("https://{addr}/v1/traces"))
+    let body = Bytes::from(request.encode_to_vec());
+    post_https_to(addr, "/v1/traces", ca, authorization, body).await
+}
+
+/// Posts `body` (protobuf) to `path` over HTTPS; returns the status and the response.
+pub async fn post_https_to(
+    addr: SocketAddr,
+    path: &str,
+    ca: &str,
+    authorization: Option<&str>,
+    body: Bytes,
+) -> http::Response<Bytes> {
+    let mut builder = http::Request::post(format!("https://{addr}{path}"))
         .header("content-type", "application/x-protobuf");
     if let Some(value) = authorization {
         builder = builder.header("authorization", value);
     }
-    let request = builder.body(Bytes::from(request.encode_to_vec())).unwrap();
+    let request = builder.body(body).unwrap();
     https_client(ca)
         .send_bytes(request)
         .await
