@@ -330,7 +330,14 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     };
 
     // The write-ahead log: what a crash left unfinished is replayed before anything new.
-    let removed = remove_temporary_files(&table_root).with_context(|| {
+    // Collectors may share a directory, each with its own configured id and log: a start then
+    // cleans up and recovers only its own files, never the ones the others are writing. (A
+    // store's staging directory is private to its log, so everything there is ours.)
+    let owner = match (&output, parquet.instance_id.as_str()) {
+        (Output::Local(_), configured) if !configured.is_empty() => Some(configured),
+        _ => None,
+    };
+    let removed = remove_temporary_files(&table_root, owner).with_context(|| {
         format!(
             "cannot clean up unfinished files under {}",
             table_root.display()
@@ -346,7 +353,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     }
     let first_lsn = recovery.records.first().map(|r| r.lsn);
     let mut written = match first_lsn {
-        Some(first) => written_spans(&table_root, first).map_err(anyhow::Error::msg)?,
+        Some(first) => written_spans(&table_root, first, owner).map_err(anyhow::Error::msg)?,
         None => HashSet::new(),
     };
     if let Some(uploader) = &uploader {

@@ -42,6 +42,20 @@ fn partition_files(output_dir: &Path) -> std::io::Result<Vec<(PathBuf, String)>>
     Ok(files)
 }
 
+/// Whether `name` (`part-<instance id>-<unix ms>-<sequence>.parquet`, the sink's names) was
+/// written by `instance_id`. Ids may contain '-', so the rest must be exactly the two numbers:
+/// `collector-1` does not own the files of `collector-1-b`.
+fn named_by(name: &str, instance_id: &str) -> bool {
+    let rest = name
+        .strip_prefix("part-")
+        .and_then(|n| n.strip_prefix(instance_id))
+        .and_then(|n| n.strip_prefix('-'))
+        .and_then(|n| n.strip_suffix(".parquet"));
+    let numbers = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    rest.and_then(|r| r.split_once('-'))
+        .is_some_and(|(ms, sequence)| numbers(ms) && numbers(sequence))
+}
+
 /// Every completed file under `<output_dir>/attempts/`.
 pub(super) fn completed_files(output_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(partition_files(output_dir)?
@@ -52,15 +66,22 @@ pub(super) fn completed_files(output_dir: &Path) -> std::io::Result<Vec<PathBuf>
 }
 
 /// The (trace id, span id) of every row in completed files that cover write-ahead log records
-/// at or after `from_lsn`. Only footers are read for the other files.
+/// at or after `from_lsn`. Only footers are read for the other files. With `owner`, only the
+/// files that instance named are read: another collector sharing the directory numbers its own
+/// log records, so its files say nothing about this log.
 pub fn written_spans(
     output_dir: &Path,
     from_lsn: u64,
+    owner: Option<&str>,
 ) -> Result<HashSet<(TraceId, SpanId)>, String> {
     let mut written = HashSet::new();
     let files = completed_files(output_dir)
         .map_err(|e| format!("cannot list {}: {e}", output_dir.join(TABLE_DIR).display()))?;
     for path in files {
+        let name = path.file_name().map(|n| n.to_string_lossy());
+        if owner.is_some_and(|id| !name.is_some_and(|n| named_by(&n, id))) {
+            continue;
+        }
         let file = File::open(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         spans_in(file, from_lsn, &mut written)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -139,14 +160,51 @@ pub fn spans_in<R: ChunkReader + 'static>(
 }
 
 /// Removes the hidden temporaries of files a crash left unfinished; their rows are recovered
-/// from the write-ahead log. Returns how many were removed.
-pub fn remove_temporary_files(output_dir: &Path) -> std::io::Result<usize> {
+/// from the write-ahead log. With `owner`, only that instance's: the others are files that
+/// collectors sharing the directory are writing right now. Returns how many were removed.
+pub fn remove_temporary_files(output_dir: &Path, owner: Option<&str>) -> std::io::Result<usize> {
     let mut removed = 0;
     for (path, name) in partition_files(output_dir)? {
-        if name.starts_with(".part-") && name.ends_with(".tmp") {
+        let Some(file) = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_suffix(".tmp"))
+            .filter(|n| n.starts_with("part-"))
+        else {
+            continue;
+        };
+        if owner.is_none_or(|id| named_by(file, id)) {
             fs::remove_file(&path)?;
             removed += 1;
         }
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named_by;
+
+    #[test]
+    fn a_file_belongs_to_the_instance_its_name_carries_exactly() {
+        assert!(named_by(
+            "part-collector-1-1787659200000-000003.parquet",
+            "collector-1"
+        ));
+        assert!(!named_by(
+            "part-collector-1-b-1787659200000-000003.parquet",
+            "collector-1"
+        ));
+        assert!(!named_by(
+            "part-collector-10-1787659200000-000003.parquet",
+            "collector-1"
+        ));
+        assert!(!named_by(
+            "part-collector-1-1787659200000.parquet",
+            "collector-1"
+        ));
+        assert!(!named_by(
+            "collector-1-1787659200000-000003.parquet",
+            "collector-1"
+        ));
+    }
 }
