@@ -111,6 +111,11 @@ impl Engine {
     pub fn evaluate(&self, request: &Request) -> Vec<AttemptRow> {
         evaluate_with(request, &self.book, &self.policies, &self.rules)
     }
+
+    /// [`Engine::evaluate`] appending to `rows`.
+    pub fn evaluate_into(&self, request: &Request, rows: &mut Vec<AttemptRow>) {
+        crate::rules::evaluate_into(request, &self.book, &self.policies, &self.rules, rows);
+    }
 }
 
 /// What the log stage and the clock send a pipeline shard.

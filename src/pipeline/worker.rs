@@ -355,9 +355,11 @@ impl Worker {
     }
 
     /// [`Worker::write_rows`] without giving up the vector, so the batch keeps its capacity.
-    /// Rows of one date are the rule: a stable sort of sorted rows moves nothing.
     fn write_rows_from(&mut self, rows: &mut Vec<AttemptRow>, lsns: Option<LsnRange>) {
-        rows.sort_by_key(AttemptRow::partition_date);
+        // A stable sort allocates half the batch as scratch even when nothing moves.
+        if !rows.is_sorted_by_key(AttemptRow::partition_date) {
+            rows.sort_by_key(AttemptRow::partition_date);
+        }
         let mut start = 0;
         while start < rows.len() {
             let date = rows[start].partition_date();
@@ -381,7 +383,9 @@ impl Worker {
         if ready.evicted > 0 {
             self.metrics.requests_evicted(ready.evicted);
         }
-        let mut rows: Vec<AttemptRow> = Vec::new();
+        // Rows go straight into the write batch (taken out while `self` is borrowed below).
+        let mut batch = std::mem::take(&mut self.batch);
+        let start = batch.len();
         let mut lsns: Option<LsnRange> = None;
         for id in &ready.consumed {
             if let Some(lsn) = self.plain_lsns.remove(id) {
@@ -398,21 +402,21 @@ impl Worker {
                 self.logical_lsns
                     .remove(&(logical.trace_id, logical.span_id));
             }
-            rows.extend(self.engine.evaluate(&request));
+            self.engine.evaluate_into(&request, &mut batch);
             self.assembler.finish(request);
         }
         self.summary.requests += requests;
-        self.forward_enriched(&rows);
+        let rows = &batch[start..];
+        self.forward_enriched(rows);
         // Plain spans that made no row of their own (the GenAI span of an SDK retry loop) go on
         // as they came.
         self.forward_unenriched(&ready.consumed);
-        if rows.is_empty() {
-            return;
+        if !rows.is_empty() {
+            self.summary.rows += rows.len() as u64;
+            self.metrics.record_rows(rows);
+            self.batch_lsns = LsnRange::widen_optional(self.batch_lsns, lsns);
         }
-        self.summary.rows += rows.len() as u64;
-        self.metrics.record_rows(&rows);
-        self.batch.extend(rows);
-        self.batch_lsns = LsnRange::widen_optional(self.batch_lsns, lsns);
+        self.batch = batch;
         if self.batch.len() >= WRITE_BATCH_ROWS {
             self.flush_batch();
         }

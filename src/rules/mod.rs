@@ -8,7 +8,7 @@ mod reason;
 
 pub use envelope::{resolve as resolve_envelope, Envelope};
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 
 use rust_decimal::Decimal;
 
@@ -118,6 +118,20 @@ pub fn evaluate_with(
     policies: &PolicySet,
     config: &RulesConfig,
 ) -> Vec<AttemptRow> {
+    let mut rows = Vec::with_capacity(request.attempts.len());
+    evaluate_into(request, book, policies, config, &mut rows);
+    rows
+}
+
+/// [`evaluate_with`] appending to `rows`: the pipeline evaluates straight into its write batch,
+/// so no vector of rows is allocated (and its pages faulted in) per request.
+pub fn evaluate_into(
+    request: &Request,
+    book: &PricingBook,
+    policies: &PolicySet,
+    config: &RulesConfig,
+    rows: &mut Vec<AttemptRow>,
+) {
     // References, not copies: evaluation is on every request's hot path.
     let mut attempts: Vec<&SpanFacts> = request.evaluated.iter().chain(&request.attempts).collect();
     let already_written: HashSet<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
@@ -147,12 +161,9 @@ pub fn evaluate_with(
         .collect();
 
     let first = priced.iter().find(|p| p.index == 0);
-    let present_indices: BTreeSet<i32> = priced.iter().map(|p| p.index).collect();
     // Retries past the first index that never arrived have a gap before them. Found once, so a
     // request of many attempts is not scanned again for each of them.
-    let first_missing_retry_index = (1..=i32::MAX)
-        .find(|i| !present_indices.contains(i))
-        .unwrap_or(i32::MAX);
+    let first_missing_retry_index = first_missing_retry(priced.iter().map(|p| p.index));
     // Attempts grouped under their parent still carry the request id their logical span names.
     let request_id = match (&request.key, request.logical.as_ref()) {
         (GroupKey::Parent { .. }, Some(logical)) => logical
@@ -172,7 +183,7 @@ pub fn evaluate_with(
         first,
     };
 
-    let mut rows = Vec::with_capacity(request.attempts.len());
+    rows.reserve(request.attempts.len());
     let mut history = History::default();
     for attempt in &priced {
         let figures = history.figures(attempt, first_missing_retry_index, env.max_incremental_usd);
@@ -201,7 +212,25 @@ pub fn evaluate_with(
         }
         history.after(attempt);
     }
-    rows
+}
+
+/// The smallest retry index (1 or more) that no attempt has, `i32::MAX` when every index up to
+/// it is present.
+fn first_missing_retry(indices: impl Iterator<Item = i32>) -> i32 {
+    let mut present: Vec<i32> = indices.filter(|&i| i >= 1).collect();
+    present.sort_unstable();
+    present.dedup();
+    let mut expected = 1i32;
+    for index in present {
+        if index != expected {
+            break;
+        }
+        match expected.checked_add(1) {
+            Some(next) => expected = next,
+            None => return i32::MAX,
+        }
+    }
+    expected
 }
 
 /// What every row of one request shares.

@@ -1644,3 +1644,23 @@ fn violations_are_listed_in_spec_order_and_only_served_drift_without_an_envelope
         assert_eq!(violations(&input), expected, "{case}");
     }
 }
+
+#[test]
+fn first_missing_retry_is_the_smallest_absent_index_from_one() {
+    let cases: &[(&[i32], i32)] = &[
+        (&[], 1),
+        (&[0], 1),
+        (&[0, 1, 2], 3),
+        (&[0, 2, 3], 1),
+        (&[3, 1, 0, 1], 2),
+        (&[-1, 1], 2),
+        (&[i32::MAX - 1, i32::MAX], 1),
+    ];
+    for (indices, expected) in cases {
+        assert_eq!(
+            super::first_missing_retry(indices.iter().copied()),
+            *expected,
+            "{indices:?}"
+        );
+    }
+}
