@@ -263,7 +263,7 @@ fn write_csv(
     if top == 0 {
         return Ok(());
     }
-    writeln!(out)?;
+    out.write_all(b"\r\n")?;
     csv_row(out, REQUEST_COLUMNS.iter().map(|c| (*c).to_owned()), 0)?;
     for line in top_requests {
         csv_row(out, request_cells(line, ""), REQUEST_TEXT_COLUMNS)?;

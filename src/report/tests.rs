@@ -311,7 +311,7 @@ month,task_type,spend_class,attempts,incremental_usd,over_envelope_usd,unpriced_
 2026-08,,base,1,0,0,0,1,1.0000\r
 2026-08,support_summary,base,1,0,0,0,0,0.0000\r
 2026-08,support_summary,retry,1,0.0162,0.0162,0,0,0.0000\r
-\n\
+\r
 request_id,trace_id,service_name,task_type,started,attempts,retries,incremental_usd,over_envelope_usd,unpriced_retries,unaudited\r
 req-1,t,support-bot,support_summary,2026-08-25T12:00:00Z,2,1,0.0162,0.0162,0,0\r
 ";
