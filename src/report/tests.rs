@@ -485,7 +485,7 @@ fn reading_partitions_recursively_skips_temporaries_and_other_files() {
         .expect("a completed file");
     std::fs::copy(&source, nested.join("copy.parquet")).expect("copy");
 
-    let expected = report_of(&[&rows[0], &rows[1], &rows[0]].map(ReportRow::from).to_vec());
+    let expected = report_of(&[&rows[0], &rows[1], &rows[0]].map(ReportRow::from));
     for location in [out.path().to_path_buf(), table.clone()] {
         let report = read_local(&location).expect("report");
         assert_eq!(report.files, 3, "{}", location.display());
