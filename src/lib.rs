@@ -11,6 +11,7 @@ pub mod pricing;
 pub mod receivers;
 pub mod record;
 pub mod replay;
+pub mod report;
 pub mod rules;
 pub mod service;
 pub mod sinks;

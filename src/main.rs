@@ -16,6 +16,7 @@ use retry_spend_collector::policy::{review, PolicySet, DEFAULT_POLICIES_DIR};
 use retry_spend_collector::pricing::import::{self, Format, ImportOptions, Imported};
 use retry_spend_collector::pricing::PricingBook;
 use retry_spend_collector::replay::{replay, replay_to_store};
+use retry_spend_collector::report::{self, ReportFormat, DEFAULT_TOP};
 use retry_spend_collector::rules::RulesConfig;
 use retry_spend_collector::sinks::parquet::remote::StoreOptions;
 use retry_spend_collector::sinks::parquet::{instance, Output, SinkOptions};
@@ -129,6 +130,23 @@ enum Command {
         /// OTLP JSON lines files; `-` reads standard input.
         #[arg(value_name = "FILE", required = true)]
         files: Vec<PathBuf>,
+    },
+    /// Finance report over written Parquet: attempts, incremental and over-envelope USD and the
+    /// unaudited share by month, task type and spend class, and the top requests by incremental USD.
+    Report {
+        /// The --output of serve or replay (its attempts/ table is read), a directory below it, or s3://bucket/prefix (gs://, az://)
+        #[arg(
+            value_name = "DIR|URL",
+            default_value = "data",
+            env = "RETRY_SPEND_OUTPUT_DIR"
+        )]
+        location: PathBuf,
+        /// How many requests to list by incremental USD; 0 lists none.
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP)]
+        top: usize,
+        /// table, csv, json or markdown.
+        #[arg(long, value_name = "FORMAT", default_value = "table", value_parser = clap::builder::PossibleValuesParser::new(ReportFormat::NAMES).try_map(|s| s.parse::<ReportFormat>()))]
+        format: ReportFormat,
     },
     /// Pricing snapshot tools.
     Pricing {
@@ -247,6 +265,11 @@ fn main() -> ExitCode {
             max_pricing_age_days,
             &files,
         ),
+        Command::Report {
+            location,
+            top,
+            format,
+        } => run_report(&location, top, format),
         Command::Pricing { command } => match command {
             PricingCommand::Check { dir } => pricing_check(&dir),
             PricingCommand::Import { snapshot, file } => pricing_import(&snapshot, &file),
@@ -420,12 +443,32 @@ fn run_replay(
             summary
         }
     };
-    print!("{summary}");
+    print_stdout(|out| write!(out, "{summary}"))?;
     Ok(if summary.bad_lines.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn run_report(location: &Path, top: usize, format: ReportFormat) -> anyhow::Result<ExitCode> {
+    let location = Output::parse(location).context("report")?;
+    let report = report::read(&location, &StoreOptions::default())?;
+    print_stdout(|out| report::format::write(&report, top, format, out))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes to a locked, buffered stdout. A reader that went away (`| head`) is no error: the
+/// output is simply cut short, where `print!` would panic.
+fn print_stdout(
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    match write(&mut out).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        result => result.context("cannot write to standard output"),
+    }
 }
 
 fn pricing_check(dir: &Path) -> anyhow::Result<ExitCode> {

@@ -112,6 +112,16 @@ pub fn decimal_to_scaled_i128(value: Decimal) -> Option<i128> {
     (scaled.abs() < limit).then_some(scaled)
 }
 
+/// The inverse of [`decimal_to_scaled_i128`]: the exact value of an unscaled decimal128(38, 18),
+/// with trailing zeros dropped so that sums of it stay small. `None` past rust_decimal's 96 bits
+/// (about 79 billion at scale 18).
+pub fn scaled_i128_to_decimal(scaled: i128) -> Option<Decimal> {
+    let scale = MONEY_SCALE.unsigned_abs() as u32;
+    Decimal::try_from_i128_with_scale(scaled, scale)
+        .ok()
+        .map(|d| d.normalize())
+}
+
 fn timestamps(rows: &[&AttemptRow], value: impl Fn(&AttemptRow) -> i64) -> ArrayRef {
     Arc::new(
         TimestampNanosecondArray::from_iter_values(rows.iter().map(|r| value(r)))
@@ -215,5 +225,14 @@ mod tests {
             scaled("99999999999999999999"),
             Some(99_999_999_999_999_999_999_000_000_000_000_000_000)
         );
+    }
+
+    #[test]
+    fn scaled_money_reads_back_exactly_without_trailing_zeros() {
+        for text in ["0.0028068", "-0.0012", "0", "15", "0.000000000000000001"] {
+            let back = scaled(text).and_then(scaled_i128_to_decimal);
+            assert_eq!(back.map(|d| d.to_string()), Some(text.to_owned()), "{text}");
+        }
+        assert_eq!(scaled_i128_to_decimal(i128::MAX), None);
     }
 }

@@ -17,7 +17,7 @@ mod tests;
 use std::io;
 use std::path::PathBuf;
 
-pub use batch::{decimal_to_scaled_i128, rows_to_batch};
+pub use batch::{decimal_to_scaled_i128, rows_to_batch, scaled_i128_to_decimal};
 mod written;
 
 pub use output::{Output, OutputError, RemoteOutput};

@@ -1,0 +1,476 @@
+//! End to end: `replay` writes Parquet, `report` adds it up, and DuckDB (the Python package,
+//! which `.ci/run` installs) computes the same figures from the same files with SQL written from
+//! the definitions in README.md. Also: the report over moto's S3 server, and a closed stdout.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::s3::S3Server;
+use rust_decimal::Decimal;
+use serde_json::Value;
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
+const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
+const BUCKET: &str = "lake";
+
+fn collector() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
+}
+
+fn succeeded(what: &str, output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}): {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).expect("UTF-8 output")
+}
+
+/// Replays `inputs` into `output` (a directory or URL) with the shipped pricing.
+fn replay(output: &str, inputs: &[&Path], envs: &[(&str, String)]) {
+    let result = collector()
+        .args(["replay", "--pricing", PRICING, "--output", output])
+        .args(inputs)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("run replay");
+    succeeded("replay", &result);
+}
+
+fn report(location: &str, args: &[&str], envs: &[(&str, String)]) -> String {
+    let result = collector()
+        .arg("report")
+        .arg(location)
+        .args(args)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("run report");
+    succeeded("report", &result)
+}
+
+fn report_json(location: &str, top: usize) -> Value {
+    let text = report(
+        location,
+        &["--format", "json", "--top", &top.to_string()],
+        &[],
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("report JSON: {e}: {text}"))
+}
+
+/// Runs `sql` in DuckDB and returns its rows as JSON objects (decimals as strings). Fails, never
+/// skips, when DuckDB is missing: these tests are the check that the report's numbers are right.
+fn duckdb(sql: &str) -> Vec<serde_json::Map<String, Value>> {
+    const SCRIPT: &str = r#"
+import decimal, json, sys
+try:
+    import duckdb
+except ImportError as e:
+    sys.stderr.write(f"{e}\n")
+    sys.exit(3)
+relation = duckdb.sql(sys.argv[1])
+rows = [
+    dict(zip(relation.columns, [str(v) if isinstance(v, decimal.Decimal) else v for v in row]))
+    for row in relation.fetchall()
+]
+print(json.dumps(rows))
+"#;
+    let result = Command::new("python3")
+        .args(["-c", SCRIPT, sql])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run python3 ({e}): the report tests check their numbers with DuckDB's Python package")
+        });
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert_ne!(
+        result.status.code(),
+        Some(3),
+        "the report tests need DuckDB to check the report's numbers: {stderr}\
+         Install it with `python3 -m pip install duckdb` (what .ci/run does)."
+    );
+    assert!(
+        result.status.success(),
+        "DuckDB query failed: {stderr}\n{sql}"
+    );
+    serde_json::from_slice(&result.stdout).expect("DuckDB rows as JSON")
+}
+
+/// The rows of every Parquet file under `table`, for DuckDB.
+fn table_sql(table: &Path) -> String {
+    format!(
+        "read_parquet('{}/**/*.parquet', hive_partitioning = false)",
+        table.display()
+    )
+}
+
+/// The report's figures, written once for a group of rows; shares in basis points, rounded half
+/// up with integer arithmetic (counts are never negative), so no float is involved.
+const FIGURES: &str = "
+    count(*) AS attempts,
+    coalesce(sum(estimated_incremental_usd) FILTER (WHERE attempt_index > 0), 0) AS incremental_usd,
+    coalesce(sum(estimated_incremental_usd) FILTER (WHERE attempt_index > 0 AND decision = 'over_envelope'), 0) AS over_envelope_usd,
+    count(*) FILTER (WHERE attempt_index > 0 AND estimated_incremental_usd IS NULL) AS unpriced_retries,
+    count(*) FILTER (WHERE NOT audited) AS unaudited,
+    (count(*) FILTER (WHERE NOT audited) * 20000 + count(*)) // (2 * count(*)) AS unaudited_share";
+
+fn groups_sql(table: &Path) -> String {
+    format!(
+        "SELECT strftime(event_time AT TIME ZONE 'UTC', '%Y-%m') AS month, task_type, spend_class, {FIGURES}
+         FROM {} GROUP BY month, task_type, spend_class
+         ORDER BY month, task_type NULLS FIRST,
+             list_position(['base', 'retry', 'fallback', 'drift', 'unknown'], spend_class)",
+        table_sql(table)
+    )
+}
+
+fn total_sql(table: &Path) -> String {
+    format!("SELECT {FIGURES} FROM {}", table_sql(table))
+}
+
+fn top_sql(table: &Path, top: usize) -> String {
+    let first = "(attempt_index, event_time, span_id)";
+    format!(
+        "SELECT request_id, trace_id,
+             arg_min_null(service_name, {first}) AS service_name,
+             arg_min_null(task_type, {first}) AS task_type,
+             strftime(min(event_time) AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%SZ') AS started,
+             count(*) AS attempts,
+             count(*) FILTER (WHERE attempt_index > 0) AS retries,
+             {FIGURES}
+         FROM {} GROUP BY trace_id, request_id
+         HAVING count(*) FILTER (WHERE attempt_index > 0) > 0
+         ORDER BY incremental_usd DESC, trace_id, request_id",
+        table_sql(table)
+    ) + &format!(" LIMIT {top}")
+}
+
+/// A value as both sides can compare it: money normalised, basis points as a 4-place share.
+fn cell(name: &str, value: &Value) -> String {
+    match value {
+        Value::Null => "NULL".to_owned(),
+        Value::String(s) if name.ends_with("_usd") => s
+            .parse::<Decimal>()
+            .map(|d| d.normalize().to_string())
+            .unwrap_or_else(|e| panic!("{name} = {s:?}: {e}")),
+        Value::Number(n) if name == "unaudited_share" => {
+            let bp = n.as_u64().expect("basis points");
+            format!("{}.{:04}", bp / 10_000, bp % 10_000)
+        }
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `columns` of each object, rendered by [`cell`].
+fn cells(objects: &[&serde_json::Map<String, Value>], columns: &[&str]) -> Vec<Vec<String>> {
+    objects
+        .iter()
+        .map(|o| {
+            columns
+                .iter()
+                .map(|c| cell(c, o.get(*c).unwrap_or(&Value::Null)))
+                .collect()
+        })
+        .collect()
+}
+
+fn objects(value: &Value) -> Vec<&serde_json::Map<String, Value>> {
+    value
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|v| v.as_object().expect("an object"))
+        .collect()
+}
+
+const GROUP_COLUMNS: &[&str] = &[
+    "month",
+    "task_type",
+    "spend_class",
+    "attempts",
+    "incremental_usd",
+    "over_envelope_usd",
+    "unpriced_retries",
+    "unaudited",
+    "unaudited_share",
+];
+
+const TOTAL_COLUMNS: &[&str] = &[
+    "attempts",
+    "incremental_usd",
+    "over_envelope_usd",
+    "unpriced_retries",
+    "unaudited",
+    "unaudited_share",
+];
+
+const REQUEST_COLUMNS: &[&str] = &[
+    "request_id",
+    "trace_id",
+    "service_name",
+    "task_type",
+    "started",
+    "attempts",
+    "retries",
+    "incremental_usd",
+    "over_envelope_usd",
+    "unpriced_retries",
+    "unaudited",
+];
+
+/// The report of `output` equals DuckDB's figures over the same files, line for line.
+fn assert_report_matches_duckdb(output: &Path, top: usize) -> Value {
+    let json = report_json(&output.display().to_string(), top);
+    let table = output.join("attempts");
+
+    let expected = duckdb(&groups_sql(&table));
+    assert!(!expected.is_empty(), "DuckDB found rows");
+    assert_eq!(
+        cells(&objects(&json["by_month"]), GROUP_COLUMNS),
+        cells(&expected.iter().collect::<Vec<_>>(), GROUP_COLUMNS),
+        "by month, task type and spend class"
+    );
+
+    let total = duckdb(&total_sql(&table));
+    let report_total = json["total"].as_object().expect("total");
+    assert_eq!(
+        cells(&[report_total], TOTAL_COLUMNS),
+        cells(&total.iter().collect::<Vec<_>>(), TOTAL_COLUMNS),
+        "total"
+    );
+
+    let all_top = duckdb(&top_sql(&table, usize::MAX >> 1));
+    assert_eq!(
+        json["requests_with_retries"].as_u64(),
+        Some(all_top.len() as u64),
+        "requests with retries"
+    );
+    let top_rows: Vec<_> = all_top.iter().take(top).collect();
+    assert_eq!(
+        cells(&objects(&json["top_requests"]), REQUEST_COLUMNS),
+        cells(&top_rows, REQUEST_COLUMNS),
+        "top {top} requests"
+    );
+    json
+}
+
+#[test]
+fn the_example_report_matches_duckdb_over_the_same_files() {
+    let out = tempfile::tempdir().unwrap();
+    replay(
+        &out.path().display().to_string(),
+        &[Path::new(EXAMPLE)],
+        &[],
+    );
+    let json = assert_report_matches_duckdb(out.path(), 100);
+    // The figures README.md shows for this example.
+    assert_eq!(json["total"]["attempts"], 25);
+    assert_eq!(json["total"]["incremental_usd"], "0.124486715");
+    assert_eq!(json["total"]["over_envelope_usd"], "0.04035");
+    assert_eq!(json["total"]["unaudited_share"], "0.2000");
+    assert_eq!(json["top_requests"][0]["request_id"], "req-kimi-patch");
+}
+
+/// `copies` copies of the example, each in traces of its own and started 9 days and 7 hours
+/// after the previous one, so the rows spread over a year of months (and later copies meet
+/// stale pricing, which makes them unaudited).
+fn many_months_of_requests(dir: &Path, copies: u64) -> PathBuf {
+    const STEP_NS: u64 = (9 * 24 + 7) * 3600 * 1_000_000_000;
+    fn shift(value: &mut Value, copy: u64) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map.iter_mut() {
+                    match (key.as_str(), v.as_str()) {
+                        ("traceId", Some(id)) => {
+                            *v = Value::String(format!("{copy:08x}{}", &id[8..]))
+                        }
+                        ("startTimeUnixNano" | "endTimeUnixNano", Some(ns)) => {
+                            let ns: u64 = ns.parse().expect("nanoseconds");
+                            *v = Value::String((ns + copy * STEP_NS).to_string());
+                        }
+                        _ => shift(v, copy),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| shift(v, copy)),
+            _ => {}
+        }
+    }
+    let example = std::fs::read_to_string(EXAMPLE).unwrap();
+    let mut lines = Vec::new();
+    for copy in 0..copies {
+        for line in example.lines().filter(|l| !l.trim().is_empty()) {
+            let mut value: Value = serde_json::from_str(line).unwrap();
+            shift(&mut value, copy);
+            lines.push(value.to_string());
+        }
+    }
+    let path = dir.join("many.jsonl");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+#[test]
+fn a_year_of_generated_requests_reports_what_duckdb_computes() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = many_months_of_requests(dir.path(), 40);
+    let out = tempfile::tempdir().unwrap();
+    replay(&out.path().display().to_string(), &[&input], &[]);
+    let json = assert_report_matches_duckdb(out.path(), 25);
+    assert_eq!(json["total"]["attempts"], 25 * 40);
+    let months: std::collections::BTreeSet<&str> = json["by_month"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["month"].as_str())
+        .collect();
+    assert!(months.len() >= 12, "{months:?}");
+    assert_eq!(json["top_requests"].as_array().map(Vec::len), Some(25));
+}
+
+#[test]
+fn every_format_reports_the_same_total() {
+    let out = tempfile::tempdir().unwrap();
+    let location = out.path().display().to_string();
+    replay(&location, &[Path::new(EXAMPLE)], &[]);
+
+    let table = report(&location, &[], &[]);
+    let total = table
+        .lines()
+        .find(|l| l.starts_with("total "))
+        .expect("a total line");
+    let figures: Vec<&str> = total.split_whitespace().collect();
+    assert_eq!(
+        figures,
+        ["total", "25", "0.124486715", "0.04035", "2", "5", "0.2000"]
+    );
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("req-")).count(),
+        10,
+        "ten requests by default: {table}"
+    );
+
+    let csv = report(&location, &["--format", "csv", "--top", "3"], &[]);
+    let (summary, top) = csv.split_once("\r\n\r\n").expect("two CSV tables");
+    assert_eq!(summary.lines().count(), 1 + 15, "{summary}");
+    assert_eq!(top.lines().count(), 1 + 3, "{top}");
+    assert!(
+        top.lines().nth(1).unwrap().starts_with("req-kimi-patch,"),
+        "{top}"
+    );
+
+    let markdown = report(&location, &["--format", "markdown", "--top", "0"], &[]);
+    assert!(
+        markdown.contains("| **total** |  |  | 25 | 0.124486715 | 0.04035 | 2 | 5 | 0.2000 |"),
+        "{markdown}"
+    );
+}
+
+#[test]
+fn a_foreign_file_or_an_empty_location_fails_naming_it() {
+    let out = tempfile::tempdir().unwrap();
+    let empty = collector().arg("report").arg(out.path()).output().unwrap();
+    assert_eq!(empty.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&empty.stderr);
+    assert!(stderr.contains("no Parquet files"), "{stderr}");
+
+    let partition = out.path().join("attempts/date=2026-08-25");
+    std::fs::create_dir_all(&partition).unwrap();
+    let foreign = partition.join("part-other.parquet");
+    std::fs::write(&foreign, b"PAR1 but not really").unwrap();
+    let bad = collector().arg("report").arg(out.path()).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains(&format!("cannot read {}", foreign.display())),
+        "{stderr}"
+    );
+}
+
+/// A reader that has gone away (`| head`) ends the output quietly: no panic, exit 0. The pipe's
+/// read end is closed before the child starts, so its first write fails, every time.
+#[test]
+fn a_closed_stdout_ends_replay_and_report_quietly() {
+    let out = tempfile::tempdir().unwrap();
+    let location = out.path().display().to_string();
+    replay(&location, &[Path::new(EXAMPLE)], &[]);
+    let closed = || {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        Stdio::from(writer)
+    };
+    let output_dir = tempfile::tempdir().unwrap();
+    let runs = [
+        collector()
+            .args(["report", &location])
+            .stdout(closed())
+            .stderr(Stdio::piped())
+            .output(),
+        collector()
+            .args(["replay", "--pricing", PRICING, "--output"])
+            .arg(output_dir.path())
+            .arg(EXAMPLE)
+            .stdout(closed())
+            .stderr(Stdio::piped())
+            .output(),
+    ];
+    for run in runs {
+        let run = run.expect("run");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(run.status.success(), "{}: {stderr}", run.status);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn report_reads_an_object_store_prefix_like_a_directory() {
+    let server = S3Server::start();
+    server.create_bucket(BUCKET);
+    let env = server.env();
+    let staging = tempfile::tempdir().unwrap();
+    let result = collector()
+        .args([
+            "replay",
+            "--pricing",
+            PRICING,
+            "--output",
+            "s3://lake/llm/retries",
+        ])
+        .arg("--staging")
+        .arg(staging.path())
+        .arg(EXAMPLE)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("run replay");
+    succeeded("replay to S3", &result);
+
+    let local = tempfile::tempdir().unwrap();
+    replay(
+        &local.path().display().to_string(),
+        &[Path::new(EXAMPLE)],
+        &[],
+    );
+    let args = ["--format", "json", "--top", "100"];
+    let expected = report(&local.path().display().to_string(), &args, &[]);
+    assert_eq!(report("s3://lake/llm/retries", &args, &env), expected);
+    assert_eq!(
+        report("s3://lake/llm/retries/attempts", &args, &env),
+        expected,
+        "the table prefix itself"
+    );
+
+    let missing = collector()
+        .args(["report", "s3://lake/nothing-here"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr.contains("no Parquet files (*.parquet) under s3://lake/nothing-here"),
+        "{stderr}"
+    );
+}
