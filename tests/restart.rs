@@ -295,3 +295,66 @@ async fn a_sigkill_between_a_requests_attempts_keeps_the_late_retrys_decision() 
     assert_eq!(rows.len(), usize::from(REQUESTS) * 2, "every attempt once");
     assert_eq!(retries(&rows), expected);
 }
+
+fn summaries_bytes(wal: &Path) -> u64 {
+    std::fs::read_dir(wal.join("finished"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "rsfc"))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Killed after the summaries were saved but before attempt 0's rows reached a completed
+/// file: the saved summaries are newer than the files. The log, replayed, still writes those
+/// rows, once, and the late retry is judged as without the crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_with_summaries_newer_than_the_files_writes_every_row_once() {
+    let expected = retries(&without_restart().await);
+    let dir = tempfile::tempdir().unwrap();
+    let config_file = dir.path().join("collector.toml");
+    // No file completes before the kill.
+    std::fs::write(&config_file, "[exporters.parquet]\nmax_file_age = \"1h\"\n").unwrap();
+    let output = dir.path().join("out");
+    let args = ["--config", config_file.to_str().unwrap()];
+    let mut collector = start_child(&output, &args, &[]);
+    let empty = {
+        let wal = output.join("wal");
+        tokio::task::spawn_blocking(move || {
+            wait_until("the first (empty) summaries", || summaries_bytes(&wal) > 0);
+            summaries_bytes(&wal)
+        })
+        .await
+        .unwrap()
+    };
+    send(collector.grpc_addr, first_attempts()).await;
+    let wal = output.join("wal");
+    tokio::task::spawn_blocking(move || {
+        wait_until("the summaries of attempt 0's requests", || {
+            summaries_bytes(&wal) > empty + 400
+        });
+    })
+    .await
+    .unwrap();
+    signal(&collector.child, "KILL");
+    let _ = tokio::task::spawn_blocking(move || collector.child.wait())
+        .await
+        .unwrap();
+    assert!(read_table(&output).1.is_empty(), "no file was complete");
+
+    let mut collector = start_child(&output, &args, &[]);
+    send(collector.grpc_addr, late_retries()).await;
+    signal(&collector.child, "TERM");
+    let status = tokio::task::spawn_blocking(move || collector.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "restarted collector exit status {status}");
+    let rows = read_table(&output).1;
+    assert_eq!(rows.len(), usize::from(REQUESTS) * 2, "every attempt once");
+    assert_eq!(retries(&rows), expected);
+}
