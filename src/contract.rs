@@ -291,6 +291,21 @@ impl CapturedAttributes {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
+    /// Values read back from a saved summary of a finished request.
+    pub(crate) fn from_pairs(pairs: Vec<(String, String)>) -> CapturedAttributes {
+        CapturedAttributes(pairs)
+    }
+
+    /// Estimated heap bytes of the kept values.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.0.capacity() * std::mem::size_of::<(String, String)>()
+            + self
+                .0
+                .iter()
+                .map(|(k, v)| k.capacity() + v.capacity())
+                .sum::<usize>()
+    }
+
     /// Keeps one attribute's value if a policy names its key.
     pub(crate) fn capture_one(
         &mut self,
@@ -395,20 +410,6 @@ impl SpanFacts {
             + text(&self.sdk_decision_reason)
             + envelope(&self.envelope)
             + self.envelope_json.as_ref().map_or(0, envelope)
-    }
-
-    /// What an evaluated attempt must keep to be a later retry's earlier attempt: its order,
-    /// model, usage, envelope and whether output reached the client. The rest only ever went
-    /// into its own row.
-    pub fn into_context(self) -> SpanFacts {
-        SpanFacts {
-            request_id: None,
-            response_model: None,
-            provider: None,
-            error_type: None,
-            sdk_decision_reason: None,
-            ..self
-        }
     }
 
     /// Whether any source on this span names an envelope.

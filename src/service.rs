@@ -19,8 +19,8 @@ use crate::config::Config;
 use crate::config::FsyncMode;
 use crate::decisions::{self, Decider, SharedEngine};
 use crate::pipeline::{
-    partition, run_log, Engine, InFlight, LogMessage, PipelineMessage, Watermark, Worker,
-    WorkerSummary,
+    partition, run_log, Engine, InFlight, LogMessage, PipelineMessage, SummaryStore, Watermark,
+    Worker, WorkerSummary,
 };
 use crate::policy::{PolicySet, DEFAULT_POLICIES_DIR};
 use crate::pricing::PricingBook;
@@ -382,7 +382,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     }
     let mut wal_writer = WalWriter::open(
         WalOptions {
-            dir: wal_dir,
+            dir: wal_dir.clone(),
             segment_bytes: config.wal.segment_bytes,
             fsync: match config.wal.fsync {
                 FsyncMode::Always => FsyncPolicy::Always,
@@ -393,6 +393,18 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         &recovery,
     );
     let recovered_from = recovery.records.first().map(|r| r.lsn);
+    // Finished requests saved at the last checkpoint, each for the shard its trace hashes to
+    // now; restored before the log is replayed. Kept with the log: off without it.
+    let (summaries, mut restored) = if config.wal.enabled {
+        let (store, restored) = SummaryStore::open(
+            &wal_dir,
+            shards,
+            !matches!(config.wal.fsync, FsyncMode::Off),
+        );
+        (Some(store), restored)
+    } else {
+        (None, (0..shards).map(|_| Vec::new()).collect())
+    };
     let mut recovered: Vec<Vec<_>> = (0..shards).map(|_| Vec::new()).collect();
     let forwarding = config.exporters.otlp_forward.endpoint.is_some();
     for record in recovery.records {
@@ -436,13 +448,17 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             forward_handle.clone(),
         )
         .with_watermark(shard, Arc::clone(&watermark));
+        if let Some(store) = &summaries {
+            worker = worker.with_summaries(Arc::clone(store));
+        }
+        let restored = std::mem::take(&mut restored[shard]);
         let written = Arc::clone(&written);
         let clock = tokio::runtime::Handle::current();
         let thread = std::thread::Builder::new()
             .name(format!("pipeline-{shard}"))
             .spawn(move || {
                 yield_to_receivers();
-                worker.recover(records, &written);
+                worker.recover(restored, records, &written);
                 drop(written);
                 worker.run(receiver, clock)
             })

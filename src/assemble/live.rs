@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::plain::PlainHold;
-use super::{GroupKey, Grouper, Offer, Request};
+use super::{GroupKey, Grouper, Offer, Request, Summary};
 use crate::contract::{HttpTry, SpanFacts, SpanId, SpanKind, TraceId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +188,37 @@ impl Assembler {
     /// [`Grouper::finish`]).
     pub fn finish(&mut self, request: Request) {
         self.grouper.finish(request);
+    }
+
+    /// [`Assembler::offer`] for a span replayed from the write-ahead log whose row no
+    /// completed file holds: an attempt restored as finished context needs its row again.
+    pub fn offer_replayed(&mut self, span: SpanFacts, now: Instant, ready: &mut Ready) -> Offer {
+        self.grouper.unfinish_restored(&span);
+        self.offer(span, now, ready)
+    }
+
+    /// Takes back finished requests saved before a restart, oldest first, before the log is
+    /// replayed. Over the byte budget the oldest are forgotten, as they would have been.
+    pub fn restore(&mut self, summaries: Vec<Summary>) {
+        for summary in summaries {
+            self.grouper.restore(summary);
+            while self.over_budget() && self.grouper.evict_finished() {}
+        }
+    }
+
+    /// The write-ahead log has been replayed (see [`Grouper::end_recovery`]).
+    pub fn end_recovery(&mut self) {
+        self.grouper.end_recovery();
+    }
+
+    /// How many times the finished cache has changed (see [`Grouper::finished_changes`]).
+    pub fn finished_changes(&self) -> u64 {
+        self.grouper.finished_changes()
+    }
+
+    /// The finished cache as a summaries file (see [`Grouper::encode_finished`]).
+    pub fn encode_finished(&self) -> Vec<u8> {
+        self.grouper.encode_finished()
     }
 
     /// Whether this logical span is still waiting for its attempts.

@@ -8,9 +8,11 @@
 pub mod infer;
 mod live;
 mod plain;
+pub mod summary;
 
 pub use infer::{infer, PlainSpans};
 pub use live::{Assembler, AssemblerOptions, Ready};
+pub use summary::{ContextSpan, Summary};
 
 use std::collections::VecDeque;
 
@@ -138,6 +140,11 @@ pub struct Grouper {
     pending_bytes: usize,
     /// Estimated bytes held by the finished-request cache.
     finished_bytes: usize,
+    /// Counts every change to the finished cache, so a saved copy knows whether it is current.
+    finished_changes: u64,
+    /// Attempt ids of finished requests restored from a saved summary and not yet met again in
+    /// the replayed write-ahead log (see [`Grouper::unfinish_restored`]).
+    restored: FastSet<(TraceId, SpanId)>,
 }
 
 /// A request still waiting: its attempts in arrival order.
@@ -153,13 +160,13 @@ struct Group {
     bytes: usize,
 }
 
-/// What is remembered of an evaluated request.
+/// What is remembered of an evaluated request: compact context, not whole spans.
 #[derive(Debug, Default)]
 struct Finished {
-    /// Boxed: most finished requests are looked up again never, and a `SpanFacts` inline would
-    /// make every slot of the finished map as large as one.
-    logical: Option<Box<SpanFacts>>,
-    attempts: Vec<SpanFacts>,
+    /// Boxed: most finished requests are looked up again never, and a span inline would make
+    /// every slot of the finished map as large as one.
+    logical: Option<Box<ContextSpan>>,
+    attempts: Vec<ContextSpan>,
     span_ids: SpanIds,
     bytes: usize,
 }
@@ -211,6 +218,24 @@ impl SpanIds {
         match self {
             SpanIds::Few(ids) => ids.len(),
             SpanIds::Many(ids) => ids.len(),
+        }
+    }
+
+    fn remove(&mut self, id: &SpanId) -> bool {
+        match self {
+            SpanIds::Few(ids) => {
+                let before = ids.len();
+                ids.retain(|i| i != id);
+                ids.len() < before
+            }
+            SpanIds::Many(ids) => ids.remove(id),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = &SpanId> + '_> {
+        match self {
+            SpanIds::Few(ids) => Box::new(ids.iter()),
+            SpanIds::Many(ids) => Box::new(ids.iter()),
         }
     }
 }
@@ -307,11 +332,13 @@ impl Grouper {
         if let Some(key) = finished_key {
             if let Some(finished) = self.finished.get_mut(&key) {
                 if finished.logical.is_none() {
-                    let bytes = span.retained_bytes();
+                    let context = ContextSpan::of_logical(span);
+                    let bytes = context.retained_bytes();
                     finished.bytes += bytes;
                     self.finished_bytes += bytes;
+                    self.finished_changes += 1;
                     self.finished_logical.insert(id, key);
-                    finished.logical = Some(Box::new(span));
+                    finished.logical = Some(Box::new(context));
                     return Offer::Logical;
                 }
             }
@@ -454,9 +481,21 @@ impl Grouper {
         }
         let mut evaluated = Vec::new();
         if let Some(finished) = self.finished.get(key) {
-            evaluated.clone_from(&finished.attempts);
+            let trace_id = *key.trace_id();
+            let kind = match key {
+                GroupKey::Single { .. } => SpanKind::SingleAttempt,
+                GroupKey::RequestId { .. } | GroupKey::Parent { .. } => SpanKind::Attempt,
+            };
+            evaluated = finished
+                .attempts
+                .iter()
+                .map(|a| a.to_facts(trace_id, kind))
+                .collect();
             if logical.is_none() {
-                logical = finished.logical.as_deref().cloned();
+                logical = finished
+                    .logical
+                    .as_deref()
+                    .map(|l| l.to_facts(trace_id, SpanKind::LogicalRequest));
             }
         }
         if let Some(entry) = self.finished_entry(key) {
@@ -469,6 +508,7 @@ impl Grouper {
             let bytes = (entry.span_ids.len() - before) * SPAN_ID_BYTES;
             entry.bytes += bytes;
             self.finished_bytes += bytes;
+            self.finished_changes += 1;
             if let Some(l) = &logical {
                 self.finished_logical
                     .insert((l.trace_id, l.span_id), key.clone());
@@ -498,12 +538,13 @@ impl Grouper {
         let new_context = request.evaluated.into_iter().skip(known);
         let room = MAX_ATTEMPTS_PER_REQUEST.saturating_sub(known);
         let mut bytes = 0;
-        let added: Vec<SpanFacts> = new_context
+        let added: Vec<ContextSpan> = new_context
             .chain(request.attempts)
             .take(room)
             .map(|attempt| {
-                bytes += attempt.retained_bytes();
-                attempt.into_context()
+                let context = ContextSpan::of_attempt(attempt);
+                bytes += context.retained_bytes();
+                context
             })
             .collect();
         if entry.attempts.is_empty() {
@@ -514,12 +555,14 @@ impl Grouper {
         }
         if entry.logical.is_none() {
             if let Some(logical) = request.logical {
-                bytes += logical.retained_bytes();
-                entry.logical = Some(Box::new(logical));
+                let context = ContextSpan::of_logical(logical);
+                bytes += context.retained_bytes();
+                entry.logical = Some(Box::new(context));
             }
         }
         entry.bytes += bytes;
         self.finished_bytes += bytes;
+        self.finished_changes += 1;
     }
 
     /// Forgets the oldest evaluated request; `false` when none is left. Its late retries will
@@ -527,18 +570,136 @@ impl Grouper {
     pub fn evict_finished(&mut self) -> bool {
         while let Some(oldest) = self.finished_order.pop_front() {
             if let Some(gone) = self.finished.remove(&oldest) {
-                self.forget_finished(gone);
+                self.forget_finished(&oldest, gone);
                 return true;
             }
         }
         false
     }
 
-    fn forget_finished(&mut self, gone: Finished) {
+    fn forget_finished(&mut self, key: &GroupKey, gone: Finished) {
         self.finished_bytes = self.finished_bytes.saturating_sub(gone.bytes);
+        self.finished_changes += 1;
         if let Some(l) = gone.logical {
-            self.finished_logical.remove(&(l.trace_id, l.span_id));
+            self.finished_logical.remove(&(*key.trace_id(), l.span_id));
         }
+    }
+
+    /// How many times the finished cache has changed: equal counts, equal contents.
+    pub fn finished_changes(&self) -> u64 {
+        self.finished_changes
+    }
+
+    /// The finished cache as a summaries file ([`summary`]), oldest request first. Requests
+    /// named by one plain span are left out: no later retry can join them.
+    pub fn encode_finished(&self) -> Vec<u8> {
+        let mut encoder = summary::Encoder::default();
+        let mut others = Vec::new();
+        for key in &self.finished_order {
+            if matches!(key, GroupKey::Single { .. }) {
+                continue;
+            }
+            let Some(finished) = self.finished.get(key) else {
+                continue;
+            };
+            others.clear();
+            if finished.span_ids.len() > finished.attempts.len() {
+                let kept: FastSet<SpanId> = finished.attempts.iter().map(|a| a.span_id).collect();
+                others.extend(finished.span_ids.iter().filter(|id| !kept.contains(*id)));
+            }
+            encoder.push(
+                key,
+                finished.logical.as_deref(),
+                &finished.attempts,
+                &others,
+            );
+        }
+        encoder.finish()
+    }
+
+    /// Takes back a finished request saved before a restart, as the newest entry of the cache
+    /// (so give them oldest first). A request already known gains the attempts it lacks.
+    pub fn restore(&mut self, summary: Summary) {
+        let Summary {
+            key,
+            logical,
+            attempts,
+            other_span_ids,
+        } = summary;
+        let trace_id = *key.trace_id();
+        let Some(entry) = self.finished_entry(&key) else {
+            return;
+        };
+        let mut bytes = 0;
+        let mut restored = Vec::new();
+        for attempt in attempts {
+            if entry.span_ids.insert(attempt.span_id) {
+                bytes += SPAN_ID_BYTES;
+                restored.push(attempt.span_id);
+                if entry.attempts.len() < MAX_ATTEMPTS_PER_REQUEST {
+                    bytes += attempt.retained_bytes();
+                    entry.attempts.push(attempt);
+                }
+            }
+        }
+        for id in other_span_ids {
+            if entry.span_ids.insert(id) {
+                bytes += SPAN_ID_BYTES;
+                restored.push(id);
+            }
+        }
+        let mut logical_id = None;
+        if entry.logical.is_none() {
+            if let Some(logical) = logical {
+                bytes += logical.retained_bytes();
+                logical_id = Some(logical.span_id);
+                entry.logical = Some(Box::new(logical));
+            }
+        }
+        entry.bytes += bytes;
+        self.finished_bytes += bytes;
+        self.finished_changes += 1;
+        if let Some(id) = logical_id {
+            self.finished_logical.insert((trace_id, id), key);
+        }
+        self.restored
+            .extend(restored.into_iter().map(|id| (trace_id, id)));
+    }
+
+    /// Before a span replayed from the write-ahead log is offered: if it is an attempt of a
+    /// restored request, its row never reached a completed file (else it would be offered as
+    /// written), so it leaves the finished context and becomes a pending attempt again. A
+    /// restored summary may be newer than the files; the log, not the summary, says what
+    /// still needs a row.
+    pub fn unfinish_restored(&mut self, span: &SpanFacts) {
+        if self.restored.is_empty() || !self.restored.remove(&(span.trace_id, span.span_id)) {
+            return;
+        }
+        let Some(key) = GroupKey::of(span) else {
+            return;
+        };
+        let Some(entry) = self.finished.get_mut(&key) else {
+            return;
+        };
+        let mut bytes = 0;
+        if entry.span_ids.remove(&span.span_id) {
+            bytes += SPAN_ID_BYTES;
+        }
+        if let Some(i) = entry
+            .attempts
+            .iter()
+            .position(|a| a.span_id == span.span_id)
+        {
+            bytes += entry.attempts.remove(i).retained_bytes();
+        }
+        entry.bytes = entry.bytes.saturating_sub(bytes);
+        self.finished_bytes = self.finished_bytes.saturating_sub(bytes);
+        self.finished_changes += 1;
+    }
+
+    /// The write-ahead log is replayed: restored attempts not met in it stay finished context.
+    pub fn end_recovery(&mut self) {
+        self.restored = FastSet::default();
     }
 
     /// Estimated bytes held for pending requests.
@@ -565,6 +726,7 @@ impl Grouper {
             }
             self.finished_order.push_back(key.clone());
             self.finished_bytes += GROUP_OVERHEAD_BYTES;
+            self.finished_changes += 1;
         }
         Some(
             self.finished

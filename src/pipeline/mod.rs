@@ -7,11 +7,13 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 mod log;
 mod shard;
+mod summaries;
 mod watermark;
 mod worker;
 
 pub use log::{run as run_log, Append, InFlight, LogMessage, Permit, WAL_COMPONENT};
 pub use shard::{partition, regroup, shard_of, ExportPart, RawSpan, RawSpans};
+pub use summaries::SummaryStore;
 pub use watermark::Watermark;
 pub use worker::{Worker, WorkerSummary, PARQUET_COMPONENT};
 

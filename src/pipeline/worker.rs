@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::{regroup, Engine, ExportPart, PipelineMessage, RawSpan, Watermark};
-use crate::assemble::{Assembler, FastMap, GroupKey, Offer, Ready};
+use super::{regroup, Engine, ExportPart, PipelineMessage, RawSpan, SummaryStore, Watermark};
+use crate::assemble::{Assembler, FastMap, GroupKey, Offer, Ready, Summary};
 use crate::contract::{SpanId, SpanKind, TraceId};
 use crate::record::AttemptRow;
 use crate::sinks::forward::{enrich, ForwardHandle};
@@ -25,6 +25,9 @@ pub const PARQUET_COMPONENT: &str = "parquet";
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// How long evaluated rows wait in the batch for more before they go to the sink.
 const FLUSH_EVERY: Duration = Duration::from_millis(200);
+/// How often, at most, a changed finished-request cache is saved: the whole file is rewritten
+/// each time, and until then the log keeps the records that would rebuild it.
+const SUMMARIES_EVERY: Duration = Duration::from_secs(5);
 
 /// What the worker did, returned when it ends.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +84,18 @@ pub struct Worker {
     /// rows of many exports go together.
     batch: Vec<AttemptRow>,
     batch_lsns: Option<LsnRange>,
+    summaries: Option<Saved>,
+}
+
+/// Where the finished-request cache is saved, and how current the saved copy is.
+struct Saved {
+    store: Arc<SummaryStore>,
+    /// The cache's change count when last saved (`None`: not yet saved since the start).
+    changes: Option<u64>,
+    at: Instant,
+    /// Every log record below this had been ingested when the saved copy was current: the
+    /// cache's part of what the log must keep.
+    covers_below: u64,
 }
 
 /// Rows handed to the sink at once (also on every tick, barrier and at shutdown).
@@ -118,7 +133,19 @@ impl Worker {
             unwritten: Vec::new(),
             batch: Vec::with_capacity(WRITE_BATCH_ROWS),
             batch_lsns: None,
+            summaries: None,
         }
+    }
+
+    /// Saves this shard's finished-request cache in `store` at checkpoints and at the end.
+    pub fn with_summaries(mut self, store: Arc<SummaryStore>) -> Self {
+        self.summaries = Some(Saved {
+            store,
+            changes: None,
+            at: Instant::now(),
+            covers_below: 0,
+        });
+        self
     }
 
     /// Makes this worker shard `shard`, reporting what it needs of the log to `watermark`.
@@ -128,20 +155,23 @@ impl Worker {
         self
     }
 
-    /// Replays this shard's parts of the write-ahead log after a restart. Attempts in `written`
-    /// already have their row in a completed file: they count as earlier attempts, never as
-    /// rows again.
+    /// Restores the finished requests saved before a restart (`restored`, oldest first), then
+    /// replays this shard's parts of the write-ahead log. Attempts in `written` already have
+    /// their row in a completed file: they count as earlier attempts, never as rows again.
     pub fn recover(
         &mut self,
+        restored: Vec<Summary>,
         records: Vec<(u64, ExportPart)>,
         written: &HashSet<(TraceId, SpanId)>,
     ) {
         let now = Instant::now();
+        self.assembler.restore(restored);
         for (lsn, part) in records {
-            self.ingest(part, now, Some(lsn), written);
+            self.ingest(part, now, Some(lsn), written, true);
             self.next_lsn = self.next_lsn.max(lsn + 1);
         }
-        self.checkpoint();
+        self.assembler.end_recovery();
+        self.checkpoint(now, true);
     }
 
     /// Runs until every sender is dropped, then evaluates everything pending and completes
@@ -173,7 +203,7 @@ impl Worker {
             let now = Instant::now();
             match message {
                 PipelineMessage::Export { part, lsn, permit } => {
-                    self.ingest(part, now, Some(lsn), &nothing_written);
+                    self.ingest(part, now, Some(lsn), &nothing_written, false);
                     self.next_lsn = self.next_lsn.max(lsn + 1);
                     drop(permit);
                 }
@@ -195,16 +225,18 @@ impl Worker {
         self.flush_batch();
         self.close_sink();
         self.summary.all_written = self.summary.rows_lost == 0 && self.pinned_lsn.is_none();
-        self.checkpoint();
+        self.checkpoint(Instant::now(), true);
         self.summary
     }
 
+    /// `replayed`: the part comes from the write-ahead log at start-up.
     fn ingest(
         &mut self,
         part: ExportPart,
         now: Instant,
         lsn: Option<u64>,
         written: &HashSet<(TraceId, SpanId)>,
+        replayed: bool,
     ) {
         let mut ready = Ready::default();
         let mut duplicates = 0;
@@ -215,6 +247,8 @@ impl Worker {
             let is_logical = facts.kind == SpanKind::LogicalRequest;
             let offer = if written.contains(&id) {
                 self.assembler.offer_written(facts, now, &mut ready)
+            } else if replayed {
+                self.assembler.offer_replayed(facts, now, &mut ready)
             } else {
                 self.assembler.offer(facts, now, &mut ready)
             };
@@ -259,7 +293,8 @@ impl Worker {
                 }
             }
         }
-        if duplicates > 0 {
+        // Replayed copies of spans restored as finished context were counted when they came.
+        if duplicates > 0 && !replayed {
             self.metrics.duplicate_spans(duplicates);
         }
         if let Some(forward) = &self.forward {
@@ -300,7 +335,7 @@ impl Worker {
         self.report_pending();
         if now.duration_since(self.last_checkpoint) >= CHECKPOINT_EVERY {
             self.last_checkpoint = now;
-            self.checkpoint();
+            self.checkpoint(now, false);
         }
     }
 
@@ -312,8 +347,11 @@ impl Worker {
         self.pending_reported = now;
     }
 
-    /// Tells the watermark which records of the log this shard still needs.
-    fn checkpoint(&mut self) {
+    /// Saves the finished-request cache when it changed (at most every [`SUMMARIES_EVERY`]
+    /// unless `force`d), then tells the watermark which records of the log this shard still
+    /// needs. In that order: a record is released only once the saved cache reflects it.
+    fn checkpoint(&mut self, now: Instant, force: bool) {
+        let summaries_need = self.save_summaries(now, force);
         let Some(watermark) = self.watermark.clone() else {
             return;
         };
@@ -327,11 +365,40 @@ impl Worker {
             self.sink.as_ref().and_then(ParquetSink::oldest_open_lsn),
             self.batch_lsns.map(|r| r.min),
             self.pinned_lsn,
+            summaries_need,
         ]
         .into_iter()
         .flatten()
         .min();
         watermark.report(self.shard, self.next_lsn.saturating_sub(1), oldest_needed);
+    }
+
+    /// Saves the finished cache if it changed and it is time; returns the oldest log record the
+    /// saved copy does not reflect yet, if any (the log keeps it: after a crash its replay
+    /// rebuilds what the saved copy lacks).
+    fn save_summaries(&mut self, now: Instant, force: bool) -> Option<u64> {
+        let saved = self.summaries.as_mut()?;
+        let changes = self.assembler.finished_changes();
+        let due =
+            force || saved.changes.is_none() || now.duration_since(saved.at) >= SUMMARIES_EVERY;
+        if saved.changes != Some(changes) && due {
+            saved.at = now;
+            let bytes = self.assembler.encode_finished();
+            match saved.store.save(self.shard, &bytes) {
+                Ok(()) => saved.changes = Some(changes),
+                Err(e) => {
+                    // Only context is at stake, never rows: the log is not held for it.
+                    tracing::warn!(file = %saved.store.path(self.shard).display(), error = %e, "cannot save the finished-request summaries; after a restart, late retries of requests finished since the last save are judged without their earlier attempts");
+                    saved.changes = Some(changes);
+                }
+            }
+        }
+        if saved.changes == Some(changes) {
+            saved.covers_below = self.next_lsn;
+            None
+        } else {
+            Some(saved.covers_below)
+        }
     }
 
     /// Writes again the rows whose write failed; once that works, the sink is healthy again.

@@ -319,3 +319,91 @@ fn only_http_tries_held_for_a_parent_are_held() {
         "the held try is let go once"
     );
 }
+
+/// The finished cache of `a`, saved and read back into a new assembler (a restart).
+fn restarted(a: &Assembler, options: AssemblerOptions) -> Assembler {
+    let saved = crate::assemble::summary::decode(&a.encode_finished()).unwrap();
+    let mut b = Assembler::new(options);
+    b.restore(saved);
+    b
+}
+
+fn two_attempts_finished(a: &mut Assembler, trace: u8, t: Instant) {
+    let mut ready = Ready::default();
+    a.offer(logical(trace, 2), t, &mut ready);
+    a.offer(attempt(trace, 1), t, &mut ready);
+    a.offer(attempt(trace, 2), t, &mut ready);
+    assert_eq!(ready.requests.len(), 1);
+    for request in ready.requests {
+        a.finish(request);
+    }
+}
+
+fn late_retry(a: &mut Assembler, trace: u8, t: Instant) -> Request {
+    let mut late = Ready::default();
+    assert!(matches!(
+        a.offer(attempt(trace, 3), t, &mut late),
+        Offer::Attempt(_)
+    ));
+    a.expire(t + WAIT, &mut late);
+    assert_eq!(late.requests.len(), 1);
+    late.requests.remove(0)
+}
+
+#[test]
+fn late_retry_after_a_restart_comes_with_the_same_earlier_attempts() {
+    let t = Instant::now();
+    let mut a = Assembler::new(options(10));
+    two_attempts_finished(&mut a, 1, t);
+    let mut b = restarted(&a, options(10));
+    let after = late_retry(&mut b, 1, t);
+    assert_eq!(after.evaluated.len(), 2);
+    assert!(after.logical.is_some());
+    assert_eq!(after, late_retry(&mut a, 1, t), "as without the restart");
+}
+
+#[test]
+fn restored_attempts_are_duplicates_unless_the_log_replays_them_unwritten() {
+    let t = Instant::now();
+    let mut a = Assembler::new(options(10));
+    two_attempts_finished(&mut a, 1, t);
+    let mut b = restarted(&a, options(10));
+    let mut ready = Ready::default();
+    assert_eq!(b.offer(attempt(1, 1), t, &mut ready), Offer::Duplicate);
+    assert_eq!(b.offer(logical(1, 2), t, &mut ready), Offer::Duplicate);
+    // Its row never reached a completed file: it is an attempt again, judged after attempt 0.
+    assert!(matches!(
+        b.offer_replayed(attempt(1, 2), t, &mut ready),
+        Offer::Attempt(_)
+    ));
+    b.end_recovery();
+    b.expire(t + WAIT, &mut ready);
+    assert_eq!(ready.requests.len(), 1);
+    let request = &ready.requests[0];
+    assert_eq!(request.attempts.len(), 1);
+    assert_eq!(request.attempts[0].span_id, [2; 8]);
+    assert_eq!(request.evaluated.len(), 1);
+    assert_eq!(request.evaluated[0].span_id, [1; 8]);
+}
+
+#[test]
+fn restoring_keeps_within_the_byte_budget_forgetting_the_oldest() {
+    let t = Instant::now();
+    let mut a = Assembler::new(options(10));
+    for trace in 1..=4u8 {
+        two_attempts_finished(&mut a, trace, t);
+    }
+    let per_request = a.grouper.finished_bytes() / 4;
+    let mut b = restarted(&a, budget(per_request * 2 + per_request / 2));
+    assert!(b.grouper.finished_bytes() <= per_request * 2 + per_request / 2);
+    let mut ready = Ready::default();
+    assert!(
+        matches!(b.offer(attempt(1, 1), t, &mut ready), Offer::Attempt(_)),
+        "the oldest request was forgotten"
+    );
+    assert_eq!(
+        b.offer(attempt(4, 1), t, &mut ready),
+        Offer::Duplicate,
+        "the newest is kept"
+    );
+}
