@@ -102,6 +102,10 @@ fn read_resource_spans(
                 _ => r.skip(wire_type)?,
             }
         }
+        out.spans.reserve(spans.len());
+        if keep_raw {
+            out.raw.reserve(spans.len());
+        }
         for span in spans {
             let mut facts = read_span(bytes, span.clone(), &service, keys)?;
             for (key, value) in &resource_captures {

@@ -162,11 +162,23 @@ pub fn partition(export: WireExport, bytes: &Bytes, shards: usize) -> Vec<(usize
             },
         )];
     }
-    let mut spans: Vec<Vec<SpanFacts>> = (0..shards).map(|_| Vec::new()).collect();
-    let mut raws: Vec<Vec<(u32, Range<usize>)>> = (0..shards).map(|_| Vec::new()).collect();
+    // Exact capacities: growing vectors of `SpanFacts` copied them and faulted in fresh pages.
+    let targets: Vec<usize> = export
+        .spans
+        .iter()
+        .map(|facts| shard_of(&facts.trace_id, shards))
+        .collect();
+    let mut counts = vec![0usize; shards];
+    for &shard in &targets {
+        counts[shard] += 1;
+    }
+    let mut spans: Vec<Vec<SpanFacts>> = counts.iter().map(|&n| Vec::with_capacity(n)).collect();
+    let mut raws: Vec<Vec<(u32, Range<usize>)>> = counts
+        .iter()
+        .map(|&n| Vec::with_capacity(if keep_raw { n } else { 0 }))
+        .collect();
     let mut raw = export.raw.into_iter();
-    for facts in export.spans {
-        let shard = shard_of(&facts.trace_id, shards);
+    for (facts, shard) in export.spans.into_iter().zip(targets) {
         if let Some(r) = raw.next() {
             raws[shard].push(r);
         }
