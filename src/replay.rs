@@ -10,8 +10,9 @@ use std::time::Duration;
 use rust_decimal::Decimal;
 
 use crate::assemble::{Grouper, Offer, PlainSpans};
+use crate::contract::otlp_json::read_facts;
 use crate::contract::{AttributeKeys, HttpTry, SpanFacts, SpanKind};
-use crate::pipeline::{span_facts_with, Engine, IngestStats};
+use crate::pipeline::{Engine, IngestStats};
 use crate::record::{AttemptRow, Decision, SpendClass};
 use crate::sinks::parquet::remote::{self, LogObserver, StoreOptions, UploadOptions, Uploader};
 use crate::sinks::parquet::{ParquetSink, ParquetSinkError, RemoteOutput, SinkOptions};
@@ -274,9 +275,7 @@ fn parse_lines(
                 let parsed = lines
                     .into_iter()
                     .map(|(number, line)| {
-                        crate::contract::otlp_json::parse_request(line.as_bytes())
-                            .map(|request| span_facts_with(&request, keys).collect())
-                            .map_err(|e| (number, e.to_string()))
+                        read_facts(line.as_bytes(), keys).map_err(|e| (number, e.to_string()))
                     })
                     .collect();
                 if done_tx.send((index, parsed)).is_err() {

@@ -20,12 +20,16 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, EntityRef, InstrumentationScope};
+use opentelemetry_proto::tonic::common::v1::{
+    AnyValue, ArrayValue, EntityRef, InstrumentationScope,
+};
 use opentelemetry_proto::tonic::trace::v1::span::{Event, Link};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use crate::contract::{attr, string_form_of, ArrayRef, AttributeKeys, FactsReader, SpanFacts, ValueRef};
+use crate::contract::{
+    attr, string_form_of, ArrayRef, AttributeKeys, FactsReader, SpanFacts, ValueRef,
+};
 
 /// Every span of one line, or `None` when the decoded path must read it.
 pub(super) fn read(bytes: &[u8], keys: &AttributeKeys) -> Option<Vec<SpanFacts>> {
@@ -195,26 +199,27 @@ struct EnumSeed(&'static [&'static str]);
 impl<'de> DeserializeSeed<'de> for EnumSeed {
     type Value = i32;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<i32, D::Error> {
-        impl Visitor<'_> for EnumSeed {
-            type Value = i32;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an enum number or name")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<i32, E> {
-                i32::try_from(v).map_err(E::custom)
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<i32, E> {
-                i32::try_from(v).map_err(E::custom)
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<i32, E> {
-                self.0
-                    .iter()
-                    .position(|name| *name == v)
-                    .and_then(|i| i32::try_from(i).ok())
-                    .ok_or_else(|| E::custom("unknown enum name"))
-            }
-        }
         d.deserialize_any(self)
+    }
+}
+
+impl Visitor<'_> for EnumSeed {
+    type Value = i32;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an enum number or name")
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<i32, E> {
+        i32::try_from(v).map_err(E::custom)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<i32, E> {
+        i32::try_from(v).map_err(E::custom)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<i32, E> {
+        self.0
+            .iter()
+            .position(|name| *name == v)
+            .and_then(|i| i32::try_from(i).ok())
+            .ok_or_else(|| E::custom("unknown enum name"))
     }
 }
 
@@ -696,7 +701,8 @@ impl<'de> Visitor<'de> for Span<'_, '_> {
                 }
             }
         }
-        self.out.push(reader.finish(status_code == STATUS_CODE_ERROR));
+        self.out
+            .push(reader.finish(status_code == STATUS_CODE_ERROR));
         Ok(())
     }
 }
@@ -768,3 +774,6 @@ impl<'de> Visitor<'de> for StatusSeed {
         Ok(Some(code))
     }
 }
+
+#[cfg(test)]
+mod tests;
