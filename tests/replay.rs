@@ -693,6 +693,7 @@ const EXAMPLE_ROWS_DIGEST: &str =
 const GENERATED_ROWS_DIGEST: &str =
     "939a565e203057f52d7aaa7d2ed3f5297f13f3c294610782d24ebd1b7263c640";
 const GENERATED_SPANS: usize = 30_000;
+const GENERATED_ROWS: usize = 19_200;
 
 #[test]
 fn rows_are_those_of_the_pinned_digests() {
@@ -722,4 +723,44 @@ fn rows_are_those_of_the_pinned_digests() {
         example.len(),
         generated.len()
     );
+}
+
+/// A budget far below what the input holds: the oldest requests are evaluated early and the
+/// summary says how many; every attempt still gets its row (a span arriving after its request
+/// was evaluated is judged as a late one, never dropped).
+#[test]
+fn a_small_budget_evaluates_early_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("generated.jsonl");
+    std::fs::write(&input, common::spans::jsonl(8, GENERATED_SPANS)).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let result = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
+        .args([
+            "replay",
+            "--max-pending-bytes",
+            "1048576",
+            "--pricing",
+            PRICING,
+        ])
+        .arg("--output")
+        .arg(out.path())
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(result.status.success());
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    let early: u64 = stdout
+        .lines()
+        .filter(|l| l.contains("before the input ended"))
+        .find_map(|l| {
+            l.strip_prefix("evaluated ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(early > 0, "{stdout}");
+    let (_, rows) = read_table(out.path());
+    assert!(rows.len() >= GENERATED_ROWS, "{} rows", rows.len());
 }
