@@ -354,8 +354,10 @@ impl Stream<'_> {
 /// Each non-blank line of a chunk: its spans read into facts, or (line number, reason).
 type Parsed = Vec<Result<Vec<SpanFacts>, (usize, String)>>;
 
-/// Lines per chunk handed to a parser thread: enough to amortise the hand-over.
+/// A chunk handed to a parser thread: enough lines to amortise the hand-over, few enough
+/// bytes that chunks spread over the parsers and that the lines in flight stay small.
 const CHUNK_LINES: usize = 64;
+const CHUNK_BYTES: usize = 1 << 20;
 
 /// Reads `reader` line by line and parses the lines on `parsers` threads (JSON is most of
 /// replay's cost), handing each chunk's facts to `offer` in input order, so grouping sees the
@@ -372,6 +374,9 @@ fn parse_lines(
     type Chunk = (usize, Vec<(usize, String)>);
     let (work_tx, work_rx) = sync_channel::<Chunk>(parsers * 2);
     let (done_tx, done_rx) = sync_channel::<(usize, Parsed)>(parsers * 2);
+    // One slot per chunk read and not yet offered: parsed chunks waiting for an earlier, slower
+    // one cannot pile up without bound.
+    let (slot_tx, slot_rx) = sync_channel::<()>(parsers * 4);
     let work_rx: Mutex<Receiver<Chunk>> = Mutex::new(work_rx);
     std::thread::scope(|scope| {
         for _ in 0..parsers.max(1) {
@@ -396,23 +401,41 @@ fn parse_lines(
         }
         drop(done_tx);
         let reading = scope.spawn(move || -> std::io::Result<()> {
-            let mut chunk = Vec::with_capacity(CHUNK_LINES);
+            let mut reader = reader;
+            let (mut chunk, mut bytes) = (Vec::with_capacity(CHUNK_LINES), 0);
             let mut index = 0;
-            for (number, line) in reader.lines().enumerate() {
-                let line = line?;
+            // Lines of a file are alike: sized like the longest so far, a line is read without
+            // growing its buffer step by step (each step a copy into fresh pages).
+            let mut longest = 0;
+            for number in 1.. {
+                let mut line = String::with_capacity(longest);
+                if reader.read_line(&mut line)? == 0 {
+                    break;
+                }
+                longest = longest.max(line.len()).min(CHUNK_BYTES);
+                // As `lines()` would: without its `\n` or `\r\n`, so errors name the line's
+                // own columns.
+                if line.ends_with('\n') {
+                    line.pop();
+                    if line.ends_with('\r') {
+                        line.pop();
+                    }
+                }
                 if line.trim().is_empty() {
                     continue;
                 }
-                chunk.push((number + 1, line));
-                if chunk.len() == CHUNK_LINES {
+                bytes += line.len();
+                chunk.push((number, line));
+                if chunk.len() == CHUNK_LINES || bytes >= CHUNK_BYTES {
                     let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_LINES));
-                    if work_tx.send((index, full)).is_err() {
+                    bytes = 0;
+                    if slot_tx.send(()).is_err() || work_tx.send((index, full)).is_err() {
                         return Ok(());
                     }
                     index += 1;
                 }
             }
-            if !chunk.is_empty() {
+            if !chunk.is_empty() && slot_tx.send(()).is_ok() {
                 let _ = work_tx.send((index, chunk));
             }
             Ok(())
@@ -423,6 +446,7 @@ fn parse_lines(
         for (index, parsed) in done_rx {
             waiting.insert(index, parsed);
             while let Some(parsed) = waiting.remove(&next) {
+                let _ = slot_rx.recv();
                 offer(parsed);
                 next += 1;
             }
