@@ -10,16 +10,16 @@ use chrono::NaiveDate;
 use clap::builder::TypedValueParser;
 use clap::{Parser, Subcommand};
 
-use retry_spend_collector::config::{parse_duration_arg, Config, ServeOverrides};
+use retry_spend_collector::config::{parse_duration_arg, Config, RetrySpendConfig, ServeOverrides};
 use retry_spend_collector::pipeline::Engine;
 use retry_spend_collector::policy::{review, PolicySet, DEFAULT_POLICIES_DIR};
 use retry_spend_collector::pricing::import::{self, Format, ImportOptions, Imported};
 use retry_spend_collector::pricing::PricingBook;
-use retry_spend_collector::replay::{replay, replay_to_store};
+use retry_spend_collector::replay::{replay, replay_to_store, ReplayOptions};
 use retry_spend_collector::report::{self, ReportFormat, DEFAULT_TOP};
 use retry_spend_collector::rules::RulesConfig;
 use retry_spend_collector::sinks::parquet::remote::StoreOptions;
-use retry_spend_collector::sinks::parquet::{instance, Output, SinkOptions};
+use retry_spend_collector::sinks::parquet::{instance, Output};
 
 /// The collector allocates per span on its hot path; glibc's allocator spent about a tenth of
 /// its CPU in consolidation and fragmentation under load (see BENCHMARKS.md).
@@ -127,6 +127,10 @@ enum Command {
         /// A snapshot checked more than this many days before a span is stale.
         #[arg(long, value_name = "DAYS", default_value_t = RulesConfig::default().max_pricing_age_days)]
         max_pricing_age_days: i64,
+        /// Estimated bytes of requests held while the input is read, as serve's
+        /// processors.retry_spend.max_pending_bytes; over it the oldest are evaluated early (counted in the summary).
+        #[arg(long, value_name = "BYTES", default_value_t = RetrySpendConfig::default().max_pending_bytes, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+        max_pending_bytes: u64,
         /// OTLP JSON lines files; `-` reads standard input.
         #[arg(value_name = "FILE", required = true)]
         files: Vec<PathBuf>,
@@ -256,6 +260,7 @@ fn main() -> ExitCode {
             output,
             staging,
             max_pricing_age_days,
+            max_pending_bytes,
             files,
         } => run_replay(
             &pricing,
@@ -263,6 +268,7 @@ fn main() -> ExitCode {
             &output,
             staging.as_deref(),
             max_pricing_age_days,
+            max_pending_bytes,
             &files,
         ),
         Command::Report {
@@ -401,8 +407,13 @@ fn run_replay(
     output: &Path,
     staging: Option<&Path>,
     max_pricing_age_days: i64,
+    max_pending_bytes: u64,
     files: &[PathBuf],
 ) -> anyhow::Result<ExitCode> {
+    let options = ReplayOptions {
+        max_pending_bytes: usize::try_from(max_pending_bytes).unwrap_or(usize::MAX),
+        ..ReplayOptions::default()
+    };
     let output = Output::parse(output).context("replay --output")?;
     let engine = Engine {
         book: load_book(pricing)?,
@@ -413,7 +424,7 @@ fn run_replay(
     };
     let on_bad_line = |bad: &_| eprintln!("{bad}");
     let summary = match &output {
-        Output::Local(dir) => replay(files, &engine, dir, SinkOptions::default(), on_bad_line)?,
+        Output::Local(dir) => replay(files, &engine, dir, options, on_bad_line)?,
         Output::Remote(remote) => {
             // Without --staging nothing outlives the replay: a failed one is simply run again.
             let (staging_dir, temporary) = match staging {
@@ -432,7 +443,7 @@ fn run_replay(
                 remote,
                 &StoreOptions::default(),
                 &staging_dir,
-                SinkOptions::default(),
+                options,
                 on_bad_line,
             )?;
             if temporary {

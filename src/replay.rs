@@ -5,13 +5,15 @@ use std::fmt;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rust_decimal::Decimal;
 
-use crate::assemble::{Grouper, Offer, PlainSpans};
-use crate::contract::{AttributeKeys, HttpTry, SpanFacts, SpanKind};
-use crate::pipeline::{span_facts_with, Engine, IngestStats};
+use crate::assemble::{Assembler, AssemblerOptions, Offer, Ready};
+use crate::config::RetrySpendConfig;
+use crate::contract::otlp_json::read_facts;
+use crate::contract::{AttributeKeys, SpanFacts};
+use crate::pipeline::{Engine, IngestStats};
 use crate::record::{AttemptRow, Decision, SpendClass};
 use crate::sinks::parquet::remote::{self, LogObserver, StoreOptions, UploadOptions, Uploader};
 use crate::sinks::parquet::{ParquetSink, ParquetSinkError, RemoteOutput, SinkOptions};
@@ -59,6 +61,9 @@ pub struct ReplaySummary {
     pub unaudited: usize,
     pub files_written: Vec<PathBuf>,
     pub bad_lines: Vec<BadLine>,
+    /// Requests evaluated before the input ended because the held requests reached
+    /// `max_pending_bytes`: a later span of one of them is judged as a late one (SPEC §2).
+    pub evaluated_early: u64,
 }
 
 impl ReplaySummary {
@@ -106,6 +111,13 @@ impl fmt::Display for ReplaySummary {
             writeln!(f, "  {:<16} {}", class.as_str(), usd.normalize())?;
         }
         writeln!(f, "unaudited rows: {}", self.unaudited)?;
+        if self.evaluated_early > 0 {
+            writeln!(
+                f,
+                "evaluated {} requests before the input ended, to stay within max_pending_bytes",
+                self.evaluated_early
+            )?;
+        }
         for file in &self.files_written {
             writeln!(f, "wrote {}", file.display())?;
         }
@@ -116,21 +128,48 @@ impl fmt::Display for ReplaySummary {
     }
 }
 
-/// Reads every input (`-` is stdin), groups across all of them (inferring the attempts of plain
-/// instrumentation over the whole input), evaluates and writes Parquet.
+/// How `replay` bounds its memory, and where rows go.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    pub sink: SinkOptions,
+    /// Estimated bytes of requests held while their spans are read (serve's
+    /// `processors.retry_spend.max_pending_bytes`). Over it the oldest pending requests are
+    /// evaluated early, counted in [`ReplaySummary::evaluated_early`].
+    pub max_pending_bytes: usize,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            sink: SinkOptions::default(),
+            max_pending_bytes: usize::try_from(RetrySpendConfig::default().max_pending_bytes)
+                .unwrap_or(usize::MAX),
+        }
+    }
+}
+
+/// Reads every input (`-` is stdin) in order and streams its spans through the assembler
+/// `serve` uses: a request is evaluated and written as soon as its `attempt_count` attempts are
+/// in, the rest when the input ends (all lines and files are one window, SPEC §2), or earlier
+/// when the byte budget is reached. Writes Parquet.
 /// Malformed lines are collected in the summary (and passed to `on_bad_line` as they are found);
 /// the rest is processed.
 pub fn replay(
     inputs: &[PathBuf],
     engine: &Engine,
     output_dir: &Path,
-    sink_options: SinkOptions,
+    options: ReplayOptions,
     on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
+    let ReplayOptions {
+        sink,
+        max_pending_bytes,
+    } = options;
     replay_with(
         inputs,
         engine,
-        || ParquetSink::new(output_dir, sink_options),
+        max_pending_bytes,
+        || ParquetSink::new(output_dir, sink),
         on_bad_line,
     )
 }
@@ -144,7 +183,7 @@ pub fn replay_to_store(
     output: &RemoteOutput,
     store: &StoreOptions,
     staging: &Path,
-    sink_options: SinkOptions,
+    options: ReplayOptions,
     on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
     let client =
@@ -162,10 +201,15 @@ pub fn replay_to_store(
     uploader.probe().map_err(|e| {
         ReplayError::Store(format!("cannot use the object store output {output}: {e}; check its credentials, region, endpoint and that the bucket exists"))
     })?;
+    let ReplayOptions {
+        sink,
+        max_pending_bytes,
+    } = options;
     replay_with(
         inputs,
         engine,
-        || ParquetSink::staging(staging, sink_options, uploader),
+        max_pending_bytes,
+        || ParquetSink::staging(staging, sink, uploader),
         on_bad_line,
     )
 }
@@ -173,12 +217,25 @@ pub fn replay_to_store(
 fn replay_with(
     inputs: &[PathBuf],
     engine: &Engine,
+    max_pending_bytes: usize,
     open_sink: impl FnOnce() -> Result<ParquetSink, ParquetSinkError>,
     mut on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
     let mut summary = ReplaySummary::default();
-    let mut grouper = Grouper::default();
-    let mut plain = PlainSpans::default();
+    let mut stream = Stream {
+        engine,
+        assembler: Assembler::new(AssemblerOptions {
+            // Only the byte budget bounds a replay: no count cap, and no time passes (`now`
+            // stays put), so nothing is evaluated because of a wait.
+            max_pending_requests: usize::MAX,
+            max_pending_bytes,
+            ..AssemblerOptions::default()
+        }),
+        now: Instant::now(),
+        ready: Ready::default(),
+        sink: open_sink()?,
+        rows: Vec::with_capacity(WRITE_BATCH_ROWS),
+    };
 
     let keys = engine.policies.attribute_keys();
     let parsers = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -195,17 +252,24 @@ fn replay_with(
                 std::fs::File::open(input).map_err(read_err)?,
             ))
         };
+        // A sink error stops the replay; the lines parsed meanwhile are let go.
+        let mut failed = None;
         let mut offer = |chunk: Parsed| {
+            if failed.is_some() {
+                return;
+            }
             for line in chunk {
+                summary.lines += 1;
                 match line {
                     Ok(spans) => {
-                        summary.lines += 1;
-                        summary
-                            .ingest
-                            .add(take_facts(&mut grouper, &mut plain, spans));
+                        let stats = stream.offer(spans, &mut summary);
+                        summary.ingest.add(stats);
+                        if let Err(e) = stream.write_ready(&mut summary) {
+                            failed = Some(e);
+                            return;
+                        }
                     }
                     Err((number, reason)) => {
-                        summary.lines += 1;
                         let bad = BadLine {
                             file: name.clone(),
                             line: number,
@@ -218,32 +282,82 @@ fn replay_with(
             }
         };
         parse_lines(reader, keys, parsers, &mut offer).map_err(read_err)?;
-    }
-
-    let mut sink = open_sink()?;
-    // Rows go to the sink in large batches: a batch per request would pay the Arrow and Parquet
-    // per-batch costs for every one to three rows.
-    let mut rows = Vec::with_capacity(WRITE_BATCH_ROWS);
-    for request in grouper.drain_all().into_iter().chain(plain.infer()) {
-        summary.requests += 1;
-        let start = rows.len();
-        rows.extend(engine.evaluate(&request));
-        rows[start..].iter().for_each(|row| summary.count(row));
-        if rows.len() >= WRITE_BATCH_ROWS {
-            summary.files_written.extend(sink.write(&rows)?);
-            rows.clear();
+        if let Some(e) = failed {
+            return Err(e.into());
         }
     }
-    summary.files_written.extend(sink.write(&rows)?);
-    summary.files_written.extend(sink.close()?);
+
+    stream.ready = stream.assembler.drain_all();
+    stream.write_ready(&mut summary)?;
+    summary
+        .files_written
+        .extend(stream.sink.write(&stream.rows)?);
+    summary.files_written.extend(stream.sink.close()?);
     Ok(summary)
+}
+
+/// Spans on their way to rows: the assembler, the requests it made ready, the batch of rows
+/// not yet written.
+struct Stream<'e> {
+    engine: &'e Engine,
+    assembler: Assembler,
+    now: Instant,
+    ready: Ready,
+    sink: ParquetSink,
+    rows: Vec<AttemptRow>,
+}
+
+impl Stream<'_> {
+    /// Offers every span of one line to the assembler.
+    fn offer(&mut self, spans: Vec<SpanFacts>, summary: &mut ReplaySummary) -> IngestStats {
+        let mut stats = IngestStats::default();
+        for facts in spans {
+            stats.spans += 1;
+            let counter = match self.assembler.offer(facts, self.now, &mut self.ready) {
+                Offer::Attempt(_) | Offer::Plain => &mut stats.attempts,
+                Offer::Logical => &mut stats.logical,
+                Offer::Duplicate => &mut stats.duplicates,
+                // HTTP tries count as other spans: most are no retries of anything.
+                Offer::Passthrough | Offer::HeldTry => &mut stats.passthrough,
+            };
+            *counter += 1;
+        }
+        summary.evaluated_early += self.ready.evicted;
+        self.ready.evicted = 0;
+        stats
+    }
+
+    /// Evaluates the requests made ready, and writes rows once a batch is full.
+    fn write_ready(&mut self, summary: &mut ReplaySummary) -> Result<(), ParquetSinkError> {
+        summary.evaluated_early += self.ready.evicted;
+        self.ready.evicted = 0;
+        // Spans inference let go made no row; in `replay` nothing is forwarded.
+        self.ready.consumed.clear();
+        for request in std::mem::take(&mut self.ready.requests) {
+            summary.requests += 1;
+            let start = self.rows.len();
+            self.rows.extend(self.engine.evaluate(&request));
+            self.rows[start..].iter().for_each(|row| summary.count(row));
+            // Remembered for late retries and re-sent spans, as `serve` does.
+            self.assembler.finish(request);
+            // Rows go to the sink in large batches: a batch per request would pay the Arrow
+            // and Parquet per-batch costs for every one to three rows.
+            if self.rows.len() >= WRITE_BATCH_ROWS {
+                summary.files_written.extend(self.sink.write(&self.rows)?);
+                self.rows.clear();
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Each non-blank line of a chunk: its spans read into facts, or (line number, reason).
 type Parsed = Vec<Result<Vec<SpanFacts>, (usize, String)>>;
 
-/// Lines per chunk handed to a parser thread: enough to amortise the hand-over.
+/// A chunk handed to a parser thread: enough lines to amortise the hand-over, few enough
+/// bytes that chunks spread over the parsers and that the lines in flight stay small.
 const CHUNK_LINES: usize = 64;
+const CHUNK_BYTES: usize = 1 << 20;
 
 /// Reads `reader` line by line and parses the lines on `parsers` threads (JSON is most of
 /// replay's cost), handing each chunk's facts to `offer` in input order, so grouping sees the
@@ -260,10 +374,17 @@ fn parse_lines(
     type Chunk = (usize, Vec<(usize, String)>);
     let (work_tx, work_rx) = sync_channel::<Chunk>(parsers * 2);
     let (done_tx, done_rx) = sync_channel::<(usize, Parsed)>(parsers * 2);
+    // One slot per chunk read and not yet offered: parsed chunks waiting for an earlier, slower
+    // one cannot pile up without bound.
+    let (slot_tx, slot_rx) = sync_channel::<()>(parsers * 4);
+    // Parsed lines' buffers go back to the reader: a fresh buffer per line is fresh memory the
+    // kernel zeroes (a fifth of replay's time before), and the parser that frees one is not the
+    // reader that allocates the next.
+    let (spare_tx, spare_rx) = sync_channel::<String>(parsers * 4 * CHUNK_LINES);
     let work_rx: Mutex<Receiver<Chunk>> = Mutex::new(work_rx);
     std::thread::scope(|scope| {
         for _ in 0..parsers.max(1) {
-            let (work_rx, done_tx) = (&work_rx, done_tx.clone());
+            let (work_rx, done_tx, spare_tx) = (&work_rx, done_tx.clone(), spare_tx.clone());
             scope.spawn(move || loop {
                 // A poisoned lock means another parser panicked; stop taking work.
                 let next = match work_rx.lock() {
@@ -273,10 +394,12 @@ fn parse_lines(
                 let Ok((index, lines)) = next else { return };
                 let parsed = lines
                     .into_iter()
-                    .map(|(number, line)| {
-                        crate::contract::otlp_json::parse_request(line.as_bytes())
-                            .map(|request| span_facts_with(&request, keys).collect())
-                            .map_err(|e| (number, e.to_string()))
+                    .map(|(number, mut line)| {
+                        let facts =
+                            read_facts(line.as_bytes(), keys).map_err(|e| (number, e.to_string()));
+                        line.clear();
+                        let _ = spare_tx.try_send(line);
+                        facts
                     })
                     .collect();
                 if done_tx.send((index, parsed)).is_err() {
@@ -284,25 +407,45 @@ fn parse_lines(
                 }
             });
         }
-        drop(done_tx);
+        drop((done_tx, spare_tx));
         let reading = scope.spawn(move || -> std::io::Result<()> {
-            let mut chunk = Vec::with_capacity(CHUNK_LINES);
+            let mut reader = reader;
+            let (mut chunk, mut bytes) = (Vec::with_capacity(CHUNK_LINES), 0);
             let mut index = 0;
-            for (number, line) in reader.lines().enumerate() {
-                let line = line?;
+            // Lines of a file are alike: sized like the longest so far, a line is read without
+            // growing its buffer step by step (each step a copy into fresh pages).
+            let mut longest = 0;
+            for number in 1.. {
+                let mut line = spare_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| String::with_capacity(longest));
+                if reader.read_line(&mut line)? == 0 {
+                    break;
+                }
+                longest = longest.max(line.len()).min(CHUNK_BYTES);
+                // As `lines()` would: without its `\n` or `\r\n`, so errors name the line's
+                // own columns.
+                if line.ends_with('\n') {
+                    line.pop();
+                    if line.ends_with('\r') {
+                        line.pop();
+                    }
+                }
                 if line.trim().is_empty() {
                     continue;
                 }
-                chunk.push((number + 1, line));
-                if chunk.len() == CHUNK_LINES {
+                bytes += line.len();
+                chunk.push((number, line));
+                if chunk.len() == CHUNK_LINES || bytes >= CHUNK_BYTES {
                     let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_LINES));
-                    if work_tx.send((index, full)).is_err() {
+                    bytes = 0;
+                    if slot_tx.send(()).is_err() || work_tx.send((index, full)).is_err() {
                         return Ok(());
                     }
                     index += 1;
                 }
             }
-            if !chunk.is_empty() {
+            if !chunk.is_empty() && slot_tx.send(()).is_ok() {
                 let _ = work_tx.send((index, chunk));
             }
             Ok(())
@@ -313,6 +456,7 @@ fn parse_lines(
         for (index, parsed) in done_rx {
             waiting.insert(index, parsed);
             while let Some(parsed) = waiting.remove(&next) {
+                let _ = slot_rx.recv();
                 offer(parsed);
                 next += 1;
             }
@@ -321,32 +465,4 @@ fn parse_lines(
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("the replay reader panicked")))
     })
-}
-
-/// Offers every span of one line: plain GenAI spans and HTTP tries are held for inference,
-/// everything else goes to the grouper.
-fn take_facts(grouper: &mut Grouper, plain: &mut PlainSpans, spans: Vec<SpanFacts>) -> IngestStats {
-    let mut stats = IngestStats::default();
-    for facts in spans {
-        stats.spans += 1;
-        let counter = match facts.kind {
-            SpanKind::SingleAttempt => match plain.offer_genai(facts) {
-                true => &mut stats.attempts,
-                false => &mut stats.duplicates,
-            },
-            // HTTP tries count as other spans: most are no retries of anything.
-            SpanKind::HttpTry => match HttpTry::of(&facts).map(|t| plain.offer_try(t)) {
-                Some(false) => &mut stats.duplicates,
-                _ => &mut stats.passthrough,
-            },
-            _ => match grouper.offer(facts) {
-                Offer::Attempt(_) | Offer::Plain => &mut stats.attempts,
-                Offer::Logical => &mut stats.logical,
-                Offer::Duplicate => &mut stats.duplicates,
-                Offer::Passthrough | Offer::HeldTry => &mut stats.passthrough,
-            },
-        };
-        *counter += 1;
-    }
-    stats
 }

@@ -97,7 +97,7 @@ async fn plain_instrumentation_gives_the_replay_rows_in_serve() {
                 ..Default::default()
             },
             replayed.path(),
-            retry_spend_collector::sinks::parquet::SinkOptions::default(),
+            retry_spend_collector::replay::ReplayOptions::default(),
             |_| {},
         )
         .unwrap();

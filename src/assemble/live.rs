@@ -268,8 +268,19 @@ impl Assembler {
     }
 
     fn over_budget(&self) -> bool {
-        self.grouper.pending_bytes() + self.grouper.finished_bytes()
+        self.grouper.pending_bytes() + self.grouper.finished_bytes() + self.plain.held_bytes()
             > self.options.max_pending_bytes
+    }
+
+    /// Lets go of the logical span that arrived first and is still waiting for attempts; false
+    /// when none waits. Its attempts, if they come, are judged without it.
+    fn forget_oldest_logical(&mut self) -> bool {
+        while let Some((_, trace_id, span_id)) = self.logical_arrivals.pop_front() {
+            if self.grouper.forget_logical(trace_id, span_id) {
+                return true;
+            }
+        }
+        false
     }
 
     fn enforce_cap(&mut self, ready: &mut Ready) {
@@ -288,12 +299,18 @@ impl Assembler {
             }
             if !over_count
                 && self.plain.bytes() > self.grouper.pending_bytes()
-                && self.plain.evict_oldest(ready)
+                && (self.plain.evict_oldest(ready) || self.plain.evict_oldest_tries(ready))
             {
                 continue;
             }
             let Some((_, key)) = self.deadlines.pop_first() else {
-                if self.plain.evict_oldest(ready) {
+                // Nothing pending to evaluate: what is left is held for inference, or logical
+                // spans whose attempts have not come (`replay` never lets time pass, so only
+                // the budget lets them go).
+                if self.plain.evict_oldest(ready)
+                    || (!over_count
+                        && (self.plain.evict_oldest_tries(ready) || self.forget_oldest_logical()))
+                {
                     continue;
                 }
                 break;

@@ -185,6 +185,25 @@ impl PlainHold {
         true
     }
 
+    /// Lets go of the tries of the trace that received one longest ago, early (the byte budget,
+    /// when no run is left to infer); false when none is held. A GenAI span of that trace
+    /// arriving later is judged without them.
+    pub(super) fn evict_oldest_tries(&mut self, ready: &mut Ready) -> bool {
+        while let Some((_, trace)) = self.try_arrivals.pop_front() {
+            if let Some(gone) = self.tries.remove(&trace) {
+                self.forget_tries(gone, ready);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Estimated bytes of the runs and tries held (the seen ids apart: they are bounded by
+    /// count and cannot be let go early).
+    pub(super) fn held_bytes(&self) -> usize {
+        self.bytes
+    }
+
     pub(super) fn pending_runs(&self) -> usize {
         self.runs.len()
     }

@@ -6,8 +6,12 @@
 //! `"0.5"`; non-finite values are dropped, which makes the attribute count as missing), and
 //! enum names (`"SPAN_KIND_CLIENT"`, `"STATUS_CODE_ERROR"`) instead of their numbers.
 
+mod facts;
+
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use serde_json::{Map, Number, Value};
+
+use super::{AttributeKeys, SpanFacts};
 
 /// Deeply nested input is refused rather than recursed into without bound.
 const MAX_DEPTH: usize = 128;
@@ -25,6 +29,29 @@ pub fn parse_request(bytes: &[u8]) -> Result<ExportTraceServiceRequest, serde_js
             serde_json::from_value(value)
         }
     }
+}
+
+/// Every span of one line read into facts, as [`parse_request`] and
+/// [`crate::pipeline::span_facts_with`] read them: by the direct JSON reader when it can, else
+/// (an unusual form, or an error to report) by the decoded path, whose error is the one given.
+pub fn read_facts(bytes: &[u8], keys: &AttributeKeys) -> Result<Vec<SpanFacts>, serde_json::Error> {
+    match facts::read(bytes, keys) {
+        Some(spans) => Ok(spans),
+        None => read_decoded(bytes, keys),
+    }
+}
+
+/// The decoded path alone: the reference [`read_facts`] agrees with.
+pub fn read_decoded(
+    bytes: &[u8],
+    keys: &AttributeKeys,
+) -> Result<Vec<SpanFacts>, serde_json::Error> {
+    parse_request(bytes).map(|request| crate::pipeline::span_facts_with(&request, keys).collect())
+}
+
+/// The direct reader alone; `None` where [`read_facts`] falls back to the decoded path.
+pub fn read_direct(bytes: &[u8], keys: &AttributeKeys) -> Option<Vec<SpanFacts>> {
+    facts::read(bytes, keys)
 }
 
 /// Rewrites the alternative forms in place; false if the input is nested too deeply.

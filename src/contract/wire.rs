@@ -414,4 +414,4 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

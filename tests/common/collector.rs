@@ -7,10 +7,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use retry_spend_collector::config::Config;
 use retry_spend_collector::pipeline::Engine;
 use retry_spend_collector::pricing::PricingBook;
-use retry_spend_collector::replay::replay;
+use retry_spend_collector::replay::{replay, ReplayOptions};
 use retry_spend_collector::rules::RulesConfig;
 use retry_spend_collector::service::Collector;
-use retry_spend_collector::sinks::parquet::SinkOptions;
 
 use super::{read_table, temporary_files, Row};
 
@@ -52,7 +51,7 @@ pub fn replayed_rows() -> Vec<Row> {
         &[PathBuf::from(EXAMPLE)],
         &engine,
         out.path(),
-        SinkOptions::default(),
+        ReplayOptions::default(),
         |_| {},
     )
     .unwrap();

@@ -158,3 +158,21 @@ pub mod collector;
 pub mod otel;
 pub mod s3;
 pub mod secure;
+pub mod spans;
+
+/// SHA-256 of rows as canonical text: every column `name=value`, rows sorted, so a digest
+/// changes exactly when some row's content does, whatever order the files held them in.
+pub fn rows_digest(rows: &[Row]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut lines: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect::<Vec<_>>()
+                .join("\u{1f}")
+        })
+        .collect();
+    lines.sort();
+    hex::encode(Sha256::digest(lines.join("\n").as_bytes()))
+}

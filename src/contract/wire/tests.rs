@@ -170,7 +170,7 @@ fn span() -> impl Strategy<Value = Span> {
         )
 }
 
-fn request() -> impl Strategy<Value = ExportTraceServiceRequest> {
+pub(crate) fn request() -> impl Strategy<Value = ExportTraceServiceRequest> {
     let resource = proptest::option::of(proptest::collection::vec(
         prop_oneof![
             Just(kv(attr::SERVICE_NAME, Value::StringValue("svc".into()))),
