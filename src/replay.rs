@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use rust_decimal::Decimal;
 
 use crate::assemble::{Assembler, AssemblerOptions, Offer, Ready};
-use crate::config::RetrySpendConfig;
 use crate::contract::otlp_json::read_facts;
 use crate::contract::{AttributeKeys, SpanFacts};
 use crate::pipeline::{Engine, IngestStats};
@@ -132,18 +131,22 @@ impl fmt::Display for ReplaySummary {
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
     pub sink: SinkOptions,
-    /// Estimated bytes of requests held while their spans are read (serve's
+    /// Estimated bytes of requests held while their spans are read (as serve's
     /// `processors.retry_spend.max_pending_bytes`). Over it the oldest pending requests are
     /// evaluated early, counted in [`ReplaySummary::evaluated_early`].
     pub max_pending_bytes: usize,
 }
 
+/// `replay`'s default budget: larger than `serve`'s, since a batch job's rows should be those of
+/// grouping the whole input for any file a machine reads comfortably, and nothing else shares
+/// its memory.
+pub const DEFAULT_MAX_PENDING_BYTES: usize = 256 * 1024 * 1024;
+
 impl Default for ReplayOptions {
     fn default() -> Self {
         ReplayOptions {
             sink: SinkOptions::default(),
-            max_pending_bytes: usize::try_from(RetrySpendConfig::default().max_pending_bytes)
-                .unwrap_or(usize::MAX),
+            max_pending_bytes: DEFAULT_MAX_PENDING_BYTES,
         }
     }
 }
