@@ -313,3 +313,42 @@ async fn three_instances_sharing_one_output_write_one_instances_rows() {
     );
     assert_eq!(common::read_table(out.path()).1, single);
 }
+
+/// The same three collectors writing to one S3 prefix (moto's server): each stages and uploads
+/// its own files, and together they upload exactly one collector's rows under distinct keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_sharing_one_s3_prefix_upload_one_instances_rows() {
+    let server = common::s3::S3Server::start();
+    server.create_bucket("lake");
+    let mut requests = example_requests();
+    requests.extend(spread_requests(6, 0..3));
+    let single = rows_with_workers(2, requests.clone()).await;
+
+    let state = tempfile::tempdir().unwrap();
+    let s3_config = |i: usize| {
+        let mut config = instance_config(std::path::Path::new("s3://lake/shared"), state.path(), i);
+        let store = &mut config.exporters.parquet.object_store;
+        store.endpoint = Some(server.endpoint());
+        store.allow_http = Some(true);
+        store.options = server.options();
+        config
+    };
+    let mut instances = Vec::new();
+    for i in 0..INSTANCES {
+        instances.push(start(s3_config(i)).await.expect("start"));
+    }
+    send_routed(&instances, &requests).await;
+    let mut files = 0;
+    for collector in instances {
+        files += stop_counting_files(collector).await;
+    }
+
+    let bucket = server.client("lake");
+    let keys = bucket.keys("shared");
+    assert_eq!(keys.len() as u64, files, "one object per file: {keys:?}");
+    for i in 0..INSTANCES {
+        let name = format!("/part-collector-{i}-");
+        assert!(keys.iter().any(|k| k.contains(&name)), "{keys:?}");
+    }
+    assert_eq!(bucket.read_table("shared").1, single);
+}
