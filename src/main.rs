@@ -10,8 +10,9 @@ use chrono::NaiveDate;
 use clap::builder::TypedValueParser;
 use clap::{Parser, Subcommand};
 
-use retry_spend_collector::config::{parse_duration_arg, Config, RetrySpendConfig, ServeOverrides};
+use retry_spend_collector::config::{parse_duration_arg, Config, ServeOverrides};
 use retry_spend_collector::pipeline::Engine;
+use retry_spend_collector::pipeline::RetrySpendConfig;
 use retry_spend_collector::policy::{review, PolicySet, DEFAULT_POLICIES_DIR};
 use retry_spend_collector::pricing::import::{self, Format, ImportOptions, Imported};
 use retry_spend_collector::pricing::PricingBook;

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use rust_decimal::Decimal;
 
 use crate::assemble::{Assembler, AssemblerOptions, Offer, Ready};
-use crate::config::RetrySpendConfig;
 use crate::contract::otlp_json::read_facts;
 use crate::contract::{AttributeKeys, SpanFacts};
+use crate::pipeline::RetrySpendConfig;
 use crate::pipeline::{Engine, IngestStats};
 use crate::record::{AttemptRow, Decision, SpendClass};
 use crate::sinks::parquet::remote::{self, LogObserver, StoreOptions, UploadOptions, Uploader};

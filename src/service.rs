@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::assemble::{Assembler, AssemblerOptions};
-use crate::config::Config;
-use crate::config::FsyncMode;
+use crate::config::{Config, ConfigProblem, Problems, ABOVE_ZERO};
 use crate::decisions::{self, Decider, SharedEngine};
 use crate::pipeline::{
     partition, run_log, Engine, InFlight, LogMessage, PipelineMessage, SummaryStore, Watermark,
@@ -33,6 +33,7 @@ use crate::sinks::metrics::{self, Health, Metrics};
 use crate::sinks::parquet::remote::{self, HealthObserver, Uploader};
 use crate::sinks::parquet::{instance, remove_temporary_files, written_spans, Output};
 use crate::sinks::parquet::{ParquetSink, SinkOptions};
+use crate::wal::config::FsyncMode;
 use crate::wal::{self, FsyncPolicy, WalOptions, WalWriter};
 use std::collections::HashSet;
 
@@ -47,6 +48,37 @@ const PIPELINE_QUEUE: usize = 16;
 const LOG_QUEUE: usize = 4096;
 /// How often pending groups are checked against their wait and files against their age.
 const TICK: Duration = Duration::from_millis(200);
+
+/// `[service]`: the process as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// How long shutdown waits for the forward queue to drain downstream. Evaluating buffered
+    /// requests and completing Parquet files are not cut short: they always finish, so nothing
+    /// accepted is lost.
+    #[serde(deserialize_with = "crate::config::duration::deserialize")]
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ServiceConfig {
+    pub fn validate(&self) -> Result<(), Vec<ConfigProblem>> {
+        let mut problems = Problems::default();
+        problems.check(
+            !self.shutdown_timeout.is_zero(),
+            "service.shutdown_timeout",
+            ABOVE_ZERO,
+        );
+        problems.finish()
+    }
+}
 
 /// A running collector.
 pub struct Collector {

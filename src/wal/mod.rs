@@ -7,11 +7,14 @@
 //! segments are replayed through the engine. A torn or corrupt tail record (a crash mid-append)
 //! is detected by its CRC, reported and truncated; the records before it survive.
 
+pub mod config;
 mod segment;
 mod writer;
 
 pub use segment::{read_segment, SegmentRead, RECORD_HEADER_BYTES};
 pub use writer::WalWriter;
+
+pub use config::{FsyncMode, WalConfig};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -8,6 +8,7 @@
 //! through a [`ForwardObserver`] instead of being waited on.
 
 mod batch;
+pub mod config;
 mod enrich;
 mod sink;
 #[cfg(test)]
@@ -15,6 +16,7 @@ mod tests;
 
 use std::time::Duration;
 
+pub use config::OtlpForwardConfig;
 pub use enrich::{attr, enrich};
 pub use sink::{start, ForwardHandle, Forwarder};
 

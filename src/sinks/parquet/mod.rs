@@ -6,6 +6,7 @@
 //! reader listing a partition never sees a half file.
 
 mod batch;
+pub mod config;
 pub mod instance;
 pub mod output;
 pub mod remote;
@@ -20,6 +21,7 @@ use std::path::PathBuf;
 pub use batch::{decimal_to_scaled_i128, rows_to_batch, scaled_i128_to_decimal};
 mod written;
 
+pub use config::{ObjectStoreConfig, ParquetExporterConfig};
 pub use output::{Output, OutputError, RemoteOutput};
 pub use sink::{LsnRange, ParquetSink, SinkOptions, SinkStats, TABLE_DIR, WAL_LSN_KEY};
 pub use written::{remove_temporary_files, written_spans};

@@ -1,0 +1,88 @@
+//! `[exporters.otlp_forward]`: the forward's section of the config.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::{deserialize_endpoint, duration, ConfigProblem, Problems, ABOVE_ZERO, MIB};
+use crate::receivers::config::OTLP_RECEIVE_LIMIT_BYTES;
+
+/// `[exporters.otlp_forward]`: sending the enriched spans on to a downstream OTLP gRPC endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtlpForwardConfig {
+    /// Downstream OTLP gRPC endpoint; `None` turns forwarding off. An empty string in the file
+    /// also means off, so the shipped file can list the key with its default.
+    #[serde(deserialize_with = "deserialize_endpoint")]
+    pub endpoint: Option<String>,
+    pub max_batch_spans: usize,
+    pub max_batch_bytes: u64,
+    /// Spans buffered for forwarding; beyond it new spans are dropped and counted.
+    pub queue_capacity_spans: usize,
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub timeout: Duration,
+    pub max_retries: u32,
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub initial_backoff: Duration,
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub max_backoff: Duration,
+}
+
+impl Default for OtlpForwardConfig {
+    fn default() -> Self {
+        OtlpForwardConfig {
+            endpoint: None,
+            max_batch_spans: 512,
+            max_batch_bytes: MIB,
+            queue_capacity_spans: 100_000,
+            timeout: Duration::from_secs(5),
+            max_retries: 5,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl OtlpForwardConfig {
+    pub fn validate(&self) -> Result<(), Vec<ConfigProblem>> {
+        let mut problems = Problems::default();
+        if let Some(endpoint) = &self.endpoint {
+            problems.check(
+                endpoint.to_ascii_lowercase().starts_with("http://"),
+                "exporters.otlp_forward.endpoint",
+                "must start with http:// (TLS to the downstream is not built in: put a TLS-terminating proxy or a local collector in between; leave it empty to turn forwarding off)",
+            );
+        }
+        problems.check(
+            self.max_batch_spans > 0,
+            "exporters.otlp_forward.max_batch_spans",
+            ABOVE_ZERO,
+        );
+        problems.check(
+            self.max_batch_bytes > 0,
+            "exporters.otlp_forward.max_batch_bytes",
+            ABOVE_ZERO,
+        );
+        problems.check(
+            self.max_batch_bytes < OTLP_RECEIVE_LIMIT_BYTES,
+            "exporters.otlp_forward.max_batch_bytes",
+            "must be below 4 MiB (the common OTLP receive limit)",
+        );
+        problems.check(
+            self.queue_capacity_spans > 0,
+            "exporters.otlp_forward.queue_capacity_spans",
+            ABOVE_ZERO,
+        );
+        problems.check(
+            !self.timeout.is_zero(),
+            "exporters.otlp_forward.timeout",
+            ABOVE_ZERO,
+        );
+        problems.check(
+            self.max_backoff >= self.initial_backoff,
+            "exporters.otlp_forward.max_backoff",
+            "must not be below exporters.otlp_forward.initial_backoff",
+        );
+        problems.finish()
+    }
+}
