@@ -28,7 +28,7 @@ use crate::receivers::auth::{Authenticator, Tokens};
 use crate::receivers::tls::TlsIdentity;
 use crate::receivers::{grpc, http, Intake};
 use crate::rules::RulesConfig;
-use crate::sinks::forward::{self, ForwardObserver, ForwardOptions};
+use crate::sinks::forward::ForwardObserver;
 use crate::sinks::metrics::{self, Health, Metrics};
 use crate::sinks::parquet::remote::{self, HealthObserver, Uploader};
 use crate::sinks::parquet::{instance, remove_temporary_files, written_spans, Output};
@@ -340,23 +340,15 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
 
     metrics.set_requests_pending_limit(processor.max_pending_requests as u64);
     let forward = &config.exporters.otlp_forward;
-    let forwarder = forward.endpoint.as_ref().map(|endpoint| {
-        forward::start(
-            ForwardOptions {
-                endpoint: endpoint.clone(),
-                max_batch_spans: forward.max_batch_spans,
-                max_batch_bytes: usize::try_from(forward.max_batch_bytes).unwrap_or(usize::MAX),
-                queue_capacity_spans: forward.queue_capacity_spans,
-                timeout: forward.timeout,
-                max_retries: forward.max_retries,
-                initial_backoff: forward.initial_backoff,
-                max_backoff: forward.max_backoff,
-            },
-            Arc::new(MetricsObserver(Arc::clone(&metrics))),
-        )
-        .with_context(|| format!("cannot forward to {endpoint}"))
-    });
-    let (forward_handle, forwarder) = match forwarder.transpose()? {
+    let forwarder = forward
+        .build(Arc::new(MetricsObserver(Arc::clone(&metrics))))
+        .with_context(|| {
+            format!(
+                "cannot forward to {}",
+                forward.endpoint.as_deref().unwrap_or_default()
+            )
+        })?;
+    let (forward_handle, forwarder) = match forwarder {
         Some((handle, forwarder)) => (Some(handle), Some(forwarder)),
         None => (None, None),
     };

@@ -1,9 +1,11 @@
 //! `[exporters.otlp_forward]`: the forward's section of the config.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::{start, ForwardError, ForwardHandle, ForwardObserver, Forwarder};
 use crate::config::{deserialize_endpoint, duration, ConfigProblem, Problems, ABOVE_ZERO, MIB};
 use crate::receivers::config::OTLP_RECEIVE_LIMIT_BYTES;
 
@@ -15,13 +17,19 @@ pub struct OtlpForwardConfig {
     /// also means off, so the shipped file can list the key with its default.
     #[serde(deserialize_with = "deserialize_endpoint")]
     pub endpoint: Option<String>,
+    /// Spans per export request at most.
     pub max_batch_spans: usize,
+    /// Encoded (uncompressed) bytes per export request at most, kept below the downstream's
+    /// message size limit. A single span larger than this is sent alone.
     pub max_batch_bytes: u64,
     /// Spans buffered for forwarding; beyond it new spans are dropped and counted.
     pub queue_capacity_spans: usize,
+    /// Deadline of one export call, connecting included.
     #[serde(deserialize_with = "duration::deserialize")]
     pub timeout: Duration,
+    /// Retries of one export request after a retryable failure.
     pub max_retries: u32,
+    /// Wait before the first retry; it doubles with each retry up to `max_backoff`.
     #[serde(deserialize_with = "duration::deserialize")]
     pub initial_backoff: Duration,
     #[serde(deserialize_with = "duration::deserialize")]
@@ -44,6 +52,17 @@ impl Default for OtlpForwardConfig {
 }
 
 impl OtlpForwardConfig {
+    /// Starts the forward (see [`start`]), or nothing when no endpoint is configured.
+    pub fn build(
+        &self,
+        observer: Arc<dyn ForwardObserver>,
+    ) -> Result<Option<(ForwardHandle, Forwarder)>, ForwardError> {
+        match &self.endpoint {
+            None => Ok(None),
+            Some(_) => start(self, observer).map(Some),
+        }
+    }
+
     pub fn validate(&self) -> Result<(), Vec<ConfigProblem>> {
         let mut problems = Problems::default();
         if let Some(endpoint) = &self.endpoint {
