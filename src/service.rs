@@ -34,7 +34,7 @@ use crate::sinks::parquet::remote::{self, HealthObserver, Uploader};
 use crate::sinks::parquet::{instance, remove_temporary_files, written_spans, Output};
 use crate::sinks::parquet::{ParquetSink, SinkOptions};
 use crate::wal::config::FsyncMode;
-use crate::wal::{self, FsyncPolicy, WalOptions, WalWriter};
+use crate::wal::{self, WalWriter};
 use std::collections::HashSet;
 
 use crate::contract::wire::read_export;
@@ -404,18 +404,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             "replaying the write-ahead log"
         );
     }
-    let mut wal_writer = WalWriter::open(
-        WalOptions {
-            dir: wal_dir.clone(),
-            segment_bytes: config.wal.segment_bytes,
-            fsync: match config.wal.fsync {
-                FsyncMode::Always => FsyncPolicy::Always,
-                FsyncMode::Interval => FsyncPolicy::Interval(config.wal.fsync_interval),
-                FsyncMode::Off => FsyncPolicy::Off,
-            },
-        },
-        &recovery,
-    );
+    let mut wal_writer = WalWriter::open(wal_dir.clone(), &config.wal, &recovery);
     let recovered_from = recovery.records.first().map(|r| r.lsn);
     // Finished requests saved at the last checkpoint, each for the shard its trace hashes to
     // now; restored before the log is replayed. Kept with the log: off without it.

@@ -33,14 +33,6 @@ pub enum FsyncPolicy {
     Off,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WalOptions {
-    pub dir: PathBuf,
-    /// A segment is sealed and a new one started once it reaches this size.
-    pub segment_bytes: u64,
-    pub fsync: FsyncPolicy,
-}
-
 /// One accepted export request, as logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
