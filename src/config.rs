@@ -132,6 +132,13 @@ impl fmt::Display for ConfigProblem {
     }
 }
 
+/// Problems on one line, `; `-separated, for an error from a component given a config that was
+/// not validated first.
+pub fn join_problems(problems: &[ConfigProblem]) -> String {
+    let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    problems.join("; ")
+}
+
 fn key_prefix(key: &str) -> String {
     if key.is_empty() {
         String::new()

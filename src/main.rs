@@ -19,8 +19,7 @@ use retry_spend_collector::pricing::PricingBook;
 use retry_spend_collector::replay::{replay, replay_to_store, ReplayOptions};
 use retry_spend_collector::report::{self, ReportFormat, DEFAULT_TOP};
 use retry_spend_collector::rules::RulesConfig;
-use retry_spend_collector::sinks::parquet::remote::StoreOptions;
-use retry_spend_collector::sinks::parquet::{instance, Output};
+use retry_spend_collector::sinks::parquet::{instance, ObjectStoreConfig, Output};
 
 /// The collector allocates per span on its hot path; glibc's allocator spent about a tenth of
 /// its CPU in consolidation and fragmentation under load (see BENCHMARKS.md).
@@ -442,7 +441,7 @@ fn run_replay(
                 files,
                 &engine,
                 remote,
-                &StoreOptions::default(),
+                &ObjectStoreConfig::default(),
                 &staging_dir,
                 options,
                 on_bad_line,
@@ -465,7 +464,7 @@ fn run_replay(
 
 fn run_report(location: &Path, top: usize, format: ReportFormat) -> anyhow::Result<ExitCode> {
     let location = Output::parse(location).context("report")?;
-    let report = report::read(&location, &StoreOptions::default())?;
+    let report = report::read(&location, &ObjectStoreConfig::default())?;
     print_stdout(|out| report::format::write(&report, top, format, out))?;
     Ok(ExitCode::SUCCESS)
 }

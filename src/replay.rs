@@ -15,8 +15,10 @@ use crate::contract::{AttributeKeys, SpanFacts};
 use crate::pipeline::RetrySpendConfig;
 use crate::pipeline::{Engine, IngestStats};
 use crate::record::{AttemptRow, Decision, SpendClass};
-use crate::sinks::parquet::remote::{self, LogObserver, StoreOptions, UploadOptions, Uploader};
-use crate::sinks::parquet::{ParquetSink, ParquetSinkError, RemoteOutput, SinkOptions};
+use crate::sinks::parquet::remote::{self, LogObserver, Uploader};
+use crate::sinks::parquet::{
+    ObjectStoreConfig, ParquetExporterConfig, ParquetSink, ParquetSinkError, RemoteOutput,
+};
 
 const WRITE_BATCH_ROWS: usize = 8192;
 /// How long a replay to an object store waits for its last uploads before giving up.
@@ -131,7 +133,8 @@ impl fmt::Display for ReplaySummary {
 /// How `replay` bounds its memory, and where rows go.
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
-    pub sink: SinkOptions,
+    /// File rotation and naming; its `output_dir` is unused (the output is an argument).
+    pub sink: ParquetExporterConfig,
     /// Estimated bytes of requests held while their spans are read (serve's
     /// `processors.retry_spend.max_pending_bytes`). Over it the oldest pending requests are
     /// evaluated early, counted in [`ReplaySummary::evaluated_early`].
@@ -141,7 +144,7 @@ pub struct ReplayOptions {
 impl Default for ReplayOptions {
     fn default() -> Self {
         ReplayOptions {
-            sink: SinkOptions::default(),
+            sink: ParquetExporterConfig::default(),
             max_pending_bytes: usize::try_from(RetrySpendConfig::default().max_pending_bytes)
                 .unwrap_or(usize::MAX),
         }
@@ -181,7 +184,7 @@ pub fn replay_to_store(
     inputs: &[PathBuf],
     engine: &Engine,
     output: &RemoteOutput,
-    store: &StoreOptions,
+    store: &ObjectStoreConfig,
     staging: &Path,
     options: ReplayOptions,
     on_bad_line: impl FnMut(&BadLine),
@@ -191,10 +194,9 @@ pub fn replay_to_store(
     let uploader = Uploader::start(
         client,
         output.clone(),
-        UploadOptions {
-            close_timeout: UPLOAD_TIMEOUT,
-            ..UploadOptions::default()
-        },
+        store,
+        UPLOAD_TIMEOUT,
+        None,
         Arc::new(LogObserver),
     )
     .map_err(|e| ReplayError::Store(e.to_string()))?;

@@ -32,7 +32,7 @@ use crate::sinks::forward::ForwardObserver;
 use crate::sinks::metrics::{self, Health, Metrics};
 use crate::sinks::parquet::remote::{self, HealthObserver, Uploader};
 use crate::sinks::parquet::{instance, remove_temporary_files, written_spans, Output};
-use crate::sinks::parquet::{ParquetSink, SinkOptions};
+use crate::sinks::parquet::{ParquetExporterConfig, ParquetSink};
 use crate::wal::config::FsyncMode;
 use crate::wal::{self, WalWriter};
 use std::collections::HashSet;
@@ -292,17 +292,14 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         Output::Local(dir) => config.wal.dir_for(dir),
         Output::Remote(_) => config.wal.dir.clone(),
     };
-    let sink_options = SinkOptions {
-        max_rows_per_file: parquet.max_rows_per_file,
-        max_bytes_per_file: parquet.max_bytes_per_file,
-        max_file_age: parquet.max_file_age,
-        row_group_rows: parquet.row_group_rows,
-        instance_id: match (&output, parquet.instance_id.as_str()) {
-            // Collectors sharing a prefix must never pick the same name: a random id, kept.
-            (Output::Remote(_), configured) => instance::resolve(configured, &wal_dir)?,
-            (Output::Local(_), "") => instance::process_instance_id().to_owned(),
-            (Output::Local(_), configured) => configured.to_owned(),
+    // Collectors sharing a prefix must never pick the same name: a random id, kept. (For a
+    // directory, the sink names an empty id after the host and process.)
+    let sink_config = match &output {
+        Output::Remote(_) => ParquetExporterConfig {
+            instance_id: instance::resolve(&parquet.instance_id, &wal_dir)?,
+            ..parquet.clone()
         },
+        Output::Local(_) => parquet.clone(),
     };
     let metrics = Metrics::new();
     metrics.set_label_values_cap(config.telemetry.max_label_values);
@@ -320,9 +317,9 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     };
     let mut sinks = (0..shards)
         .map(|_| match &uploader {
-            None => ParquetSink::new(&table_root, sink_options.clone()),
+            None => ParquetSink::new(&table_root, sink_config.clone()),
             Some(uploader) => {
-                ParquetSink::staging(&table_root, sink_options.clone(), Arc::clone(uploader))
+                ParquetSink::staging(&table_root, sink_config.clone(), Arc::clone(uploader))
             }
         })
         .collect::<Result<Vec<_>, _>>()
@@ -668,25 +665,13 @@ async fn start_uploader(
     observer: HealthObserver,
 ) -> anyhow::Result<Arc<Uploader>> {
     let settings = &config.exporters.parquet.object_store;
-    let store = remote::build_store(
-        remote,
-        &remote::StoreOptions {
-            endpoint: settings.endpoint.clone(),
-            allow_http: settings.allow_http,
-            extra: settings.options.clone(),
-        },
-    )?;
+    let store = remote::build_store(remote, settings)?;
     let uploader = Uploader::start(
         store,
         remote.clone(),
-        remote::UploadOptions {
-            part_bytes: usize::try_from(settings.part_bytes).unwrap_or(usize::MAX),
-            initial_backoff: settings.initial_backoff,
-            max_backoff: settings.max_backoff,
-            max_staged_bytes: settings.max_staged_bytes,
-            close_timeout: config.service.shutdown_timeout,
-            journal: Some(wal_dir.join(remote::JOURNAL_FILE)),
-        },
+        settings,
+        config.service.shutdown_timeout,
+        Some(wal_dir.join(remote::JOURNAL_FILE)),
         Arc::new(observer),
     )?;
     let probe = Arc::clone(&uploader);

@@ -17,6 +17,8 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
+use crate::config::join_problems;
+
 use super::batch::{span_count, Batch, Limits};
 use super::{ForwardError, ForwardObserver, OtlpForwardConfig};
 
@@ -37,10 +39,9 @@ pub fn start(
         ));
     }
     let uri = uri(endpoint)?;
-    config.validate().map_err(|problems| {
-        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        ForwardError::InvalidConfig(problems.join("; "))
-    })?;
+    config
+        .validate()
+        .map_err(|problems| ForwardError::InvalidConfig(join_problems(&problems)))?;
     let client = TraceServiceClient::new(channel(endpoint, uri, config.timeout)?)
         .send_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Gzip);
