@@ -411,7 +411,7 @@ fn run_replay(
     files: &[PathBuf],
 ) -> anyhow::Result<ExitCode> {
     let options = ReplayOptions {
-        max_pending_bytes: usize::try_from(max_pending_bytes).unwrap_or(usize::MAX),
+        max_pending_bytes,
         ..ReplayOptions::default()
     };
     let output = Output::parse(output).context("replay --output")?;

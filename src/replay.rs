@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rust_decimal::Decimal;
 
-use crate::assemble::{Assembler, AssemblerOptions, Offer, Ready};
+use crate::assemble::{Assembler, Offer, Ready};
 use crate::contract::otlp_json::read_facts;
 use crate::contract::{AttributeKeys, SpanFacts};
 use crate::pipeline::RetrySpendConfig;
@@ -138,15 +138,14 @@ pub struct ReplayOptions {
     /// Estimated bytes of requests held while their spans are read (serve's
     /// `processors.retry_spend.max_pending_bytes`). Over it the oldest pending requests are
     /// evaluated early, counted in [`ReplaySummary::evaluated_early`].
-    pub max_pending_bytes: usize,
+    pub max_pending_bytes: u64,
 }
 
 impl Default for ReplayOptions {
     fn default() -> Self {
         ReplayOptions {
             sink: ParquetExporterConfig::default(),
-            max_pending_bytes: usize::try_from(RetrySpendConfig::default().max_pending_bytes)
-                .unwrap_or(usize::MAX),
+            max_pending_bytes: RetrySpendConfig::default().max_pending_bytes,
         }
     }
 }
@@ -219,20 +218,23 @@ pub fn replay_to_store(
 fn replay_with(
     inputs: &[PathBuf],
     engine: &Engine,
-    max_pending_bytes: usize,
+    max_pending_bytes: u64,
     open_sink: impl FnOnce() -> Result<ParquetSink, ParquetSinkError>,
     mut on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
     let mut summary = ReplaySummary::default();
     let mut stream = Stream {
         engine,
-        assembler: Assembler::new(AssemblerOptions {
-            // Only the byte budget bounds a replay: no count cap, and no time passes (`now`
-            // stays put), so nothing is evaluated because of a wait.
-            max_pending_requests: usize::MAX,
-            max_pending_bytes,
-            ..AssemblerOptions::default()
-        }),
+        assembler: Assembler::new(
+            &RetrySpendConfig {
+                // Only the byte budget bounds a replay: no count cap, and no time passes (`now`
+                // stays put), so nothing is evaluated because of a wait.
+                max_pending_requests: usize::MAX,
+                max_pending_bytes,
+                ..RetrySpendConfig::default()
+            },
+            1,
+        ),
         now: Instant::now(),
         ready: Ready::default(),
         sink: open_sink()?,

@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::assemble::{Assembler, AssemblerOptions};
+use crate::assemble::Assembler;
 use crate::config::{Config, ConfigProblem, Problems, ABOVE_ZERO};
 use crate::decisions::{self, Decider, SharedEngine};
 use crate::pipeline::{
@@ -266,9 +266,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     if book.is_empty() {
         tracing::warn!(dir = %processor.pricing_dir.display(), "no pricing snapshots found: every envelope will be unknown_pricing_version");
     }
-    let rules = RulesConfig {
-        max_pricing_age_days: processor.max_pricing_age_days,
-    };
+    let rules = processor.rules();
     let policies = load_policies(processor.policies_dir.as_deref(), "load")?;
     tracing::info!(policies = policies.len(), "envelope policies loaded");
     let engine = Engine {
@@ -277,14 +275,6 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         policies,
     };
     let shards = processor.worker_count();
-    // The bounds are the process's: each shard holds its share.
-    let assembler_options = AssemblerOptions {
-        group_wait: processor.group_wait,
-        max_pending_requests: processor.max_pending_requests.div_ceil(shards),
-        finished_cache_requests: processor.finished_cache_requests.div_ceil(shards),
-        max_pending_bytes: usize::try_from(processor.max_pending_bytes / shards as u64)
-            .unwrap_or(usize::MAX),
-    };
     let parquet = &config.exporters.parquet;
     let output = Output::parse(&parquet.output_dir)?;
     // Local state: the log, and for an object store the files waiting for upload.
@@ -451,7 +441,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         let (sender, receiver) = mpsc::channel(PIPELINE_QUEUE);
         let mut worker = Worker::new(
             engine.clone(),
-            Assembler::new(assembler_options),
+            Assembler::new(processor, shards),
             sink,
             Arc::clone(&metrics),
             Arc::clone(&health),
