@@ -449,17 +449,17 @@ pub(crate) mod duration {
     }
 }
 
+/// Helpers for the config tests, here and beside each section: a section's keys are tested as
+/// users meet them, in a file with its errors' wording.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use super::{Config, ConfigError};
 
-    const SHIPPED: &str = include_str!("../config/collector.toml");
-
-    fn parse(text: &str) -> Result<Config, ConfigError> {
+    pub(crate) fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml_str(text, "test.toml")
     }
 
-    fn parse_err(text: &str) -> String {
+    pub(crate) fn parse_err(text: &str) -> String {
         match parse(text) {
             Ok(c) => panic!("expected an error, got {c:?}"),
             Err(e) => e.to_string(),
@@ -467,7 +467,7 @@ mod tests {
     }
 
     /// The validation message for a config that differs from the default only by `edit`.
-    fn invalid(edit: impl FnOnce(&mut Config)) -> String {
+    pub(crate) fn invalid(edit: impl FnOnce(&mut Config)) -> String {
         let mut config = Config::default();
         edit(&mut config);
         match config.validate("test.toml") {
@@ -475,6 +475,14 @@ mod tests {
             Err(e) => e.to_string(),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{invalid, parse, parse_err};
+    use super::*;
+
+    const SHIPPED: &str = include_str!("../config/collector.toml");
 
     #[test]
     fn shipped_file_equals_defaults() {
@@ -630,12 +638,6 @@ mod tests {
     }
 
     #[test]
-    fn max_request_bytes_must_be_above_zero() {
-        let msg = invalid(|c| c.receivers.otlp.max_request_bytes = 0);
-        assert!(msg.contains("receivers.otlp.max_request_bytes: must be above zero"));
-    }
-
-    #[test]
     fn listen_addresses_must_differ() {
         let msg = invalid(|c| c.receivers.otlp.http_addr = c.receivers.otlp.grpc_addr);
         assert!(
@@ -657,216 +659,11 @@ mod tests {
     }
 
     #[test]
-    fn tls_and_auth_are_off_by_default() {
-        let otlp = Config::default().receivers.otlp;
-        assert!(!otlp.tls.is_enabled());
-        assert!(!otlp.auth.is_enabled());
-    }
-
-    #[test]
-    fn tls_and_auth_keys_parse() {
-        let c = parse(
-            r#"
-            [receivers.otlp.tls]
-            cert_file = "/etc/rsc/cert.pem"
-            key_file = "/etc/rsc/key.pem"
-            [receivers.otlp.auth]
-            tokens_file = "/etc/rsc/tokens"
-            tokens_env = "RETRY_SPEND_TOKENS"
-            "#,
-        )
-        .unwrap();
-        let otlp = &c.receivers.otlp;
-        assert!(otlp.tls.is_enabled());
-        assert_eq!(otlp.tls.cert_file, Path::new("/etc/rsc/cert.pem"));
-        assert_eq!(otlp.tls.key_file, Path::new("/etc/rsc/key.pem"));
-        assert!(otlp.auth.is_enabled());
-        assert_eq!(otlp.auth.tokens_file, Path::new("/etc/rsc/tokens"));
-        assert_eq!(otlp.auth.tokens_env, "RETRY_SPEND_TOKENS");
-    }
-
-    #[test]
-    fn either_auth_source_alone_turns_auth_on() {
-        let c = parse("[receivers.otlp.auth]\ntokens_env = \"TOKENS\"\n").unwrap();
-        assert!(c.receivers.otlp.auth.is_enabled());
-        let c = parse("[receivers.otlp.auth]\ntokens_file = \"tokens\"\n").unwrap();
-        assert!(c.receivers.otlp.auth.is_enabled());
-    }
-
-    #[test]
-    fn tls_cert_without_key_names_the_missing_key() {
-        let msg = parse_err("[receivers.otlp.tls]\ncert_file = \"cert.pem\"\n");
-        assert_eq!(
-            msg,
-            "test.toml: receivers.otlp.tls.key_file: must be set when \
-             receivers.otlp.tls.cert_file is (leave both empty to turn TLS off)"
-        );
-    }
-
-    #[test]
-    fn tls_key_without_cert_names_the_missing_key() {
-        let msg = parse_err("[receivers.otlp.tls]\nkey_file = \"key.pem\"\n");
-        assert!(
-            msg.starts_with("test.toml: receivers.otlp.tls.cert_file: must be set"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn tokens_env_must_name_a_variable() {
-        let msg = parse_err("[receivers.otlp.auth]\ntokens_env = \"TOKENS=abc\"\n");
-        assert!(
-            msg.starts_with("test.toml: receivers.otlp.auth.tokens_env: must be the name"),
-            "{msg}"
-        );
-        assert!(
-            !msg.contains("abc"),
-            "a token-like value is never echoed: {msg}"
-        );
-    }
-
-    #[test]
-    fn unknown_tls_key_is_an_error() {
-        let msg = parse_err("[receivers.otlp.tls]\ncert = \"cert.pem\"\n");
-        assert!(
-            msg.contains("receivers.otlp.tls.cert: unknown field `cert`"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn group_wait_must_be_above_zero() {
-        let msg = invalid(|c| c.processors.retry_spend.group_wait = Duration::ZERO);
-        assert!(msg.contains("processors.retry_spend.group_wait: must be above zero"));
-    }
-
-    #[test]
-    fn max_pending_requests_must_be_above_zero() {
-        let msg = invalid(|c| c.processors.retry_spend.max_pending_requests = 0);
-        assert!(msg.contains("processors.retry_spend.max_pending_requests: must be above zero"));
-    }
-
-    #[test]
-    fn finished_cache_may_be_zero() {
-        let mut c = Config::default();
-        c.processors.retry_spend.finished_cache_requests = 0;
-        c.validate("test.toml").unwrap();
-    }
-
-    #[test]
-    fn max_pricing_age_days_must_not_be_negative() {
-        let msg = invalid(|c| c.processors.retry_spend.max_pricing_age_days = -1);
-        assert!(msg.contains("processors.retry_spend.max_pricing_age_days: must not be negative"));
-        let mut c = Config::default();
-        c.processors.retry_spend.max_pricing_age_days = 0;
-        c.validate("test.toml").unwrap();
-    }
-
-    #[test]
     fn directories_must_not_be_empty() {
         let msg = invalid(|c| c.processors.retry_spend.pricing_dir = PathBuf::new());
         assert!(msg.contains("processors.retry_spend.pricing_dir: must not be empty"));
         let msg = invalid(|c| c.exporters.parquet.output_dir = PathBuf::new());
         assert!(msg.contains("exporters.parquet.output_dir: must not be empty"));
-    }
-
-    #[test]
-    fn parquet_rotation_bounds_must_be_above_zero() {
-        let msg = invalid(|c| c.exporters.parquet.max_rows_per_file = 0);
-        assert!(msg.contains("exporters.parquet.max_rows_per_file: must be above zero"));
-        let msg = invalid(|c| c.exporters.parquet.max_bytes_per_file = 0);
-        assert!(msg.contains("exporters.parquet.max_bytes_per_file: must be above zero"));
-        let msg = invalid(|c| c.exporters.parquet.max_file_age = Duration::ZERO);
-        assert!(msg.contains("exporters.parquet.max_file_age: must be above zero"));
-        let msg = invalid(|c| c.exporters.parquet.row_group_rows = 0);
-        assert!(msg.contains("exporters.parquet.row_group_rows: must be above zero"));
-    }
-
-    #[test]
-    fn forward_endpoint_must_be_an_http_url() {
-        let msg = parse_err("[exporters.otlp_forward]\nendpoint = \"https://collector:4317\"\n");
-        assert!(msg.contains("must start with http://"), "{msg}");
-        let msg = parse_err("[exporters.otlp_forward]\nendpoint = \"collector:4317\"\n");
-        assert!(
-            msg.starts_with("test.toml: exporters.otlp_forward.endpoint: must start with http://"),
-            "{msg}"
-        );
-        for ok in ["http://collector:4317", "HTTP://collector:4317"] {
-            let c = parse(&format!("[exporters.otlp_forward]\nendpoint = {ok:?}\n")).unwrap();
-            assert_eq!(c.exporters.otlp_forward.endpoint.as_deref(), Some(ok));
-        }
-    }
-
-    #[test]
-    fn empty_forward_endpoint_in_file_is_off() {
-        let c = parse("[exporters.otlp_forward]\nendpoint = \"\"\n").unwrap();
-        assert_eq!(c.exporters.otlp_forward.endpoint, None);
-    }
-
-    #[test]
-    fn forward_batch_must_stay_below_otlp_receive_limit() {
-        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_bytes = 4 * MIB);
-        assert!(
-            msg.contains(
-                "exporters.otlp_forward.max_batch_bytes: \
-                 must be below 4 MiB (the common OTLP receive limit)"
-            ),
-            "{msg}"
-        );
-        let mut c = Config::default();
-        c.exporters.otlp_forward.max_batch_bytes = 4 * MIB - 1;
-        c.validate("test.toml").unwrap();
-    }
-
-    #[test]
-    fn forward_bounds_must_be_above_zero() {
-        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_spans = 0);
-        assert!(msg.contains("exporters.otlp_forward.max_batch_spans: must be above zero"));
-        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_bytes = 0);
-        assert!(msg.contains("exporters.otlp_forward.max_batch_bytes: must be above zero"));
-        let msg = invalid(|c| c.exporters.otlp_forward.queue_capacity_spans = 0);
-        assert!(msg.contains("exporters.otlp_forward.queue_capacity_spans: must be above zero"));
-        let msg = invalid(|c| c.exporters.otlp_forward.timeout = Duration::ZERO);
-        assert!(msg.contains("exporters.otlp_forward.timeout: must be above zero"));
-    }
-
-    #[test]
-    fn max_backoff_must_not_be_below_initial_backoff() {
-        let msg = invalid(|c| {
-            c.exporters.otlp_forward.initial_backoff = Duration::from_secs(2);
-            c.exporters.otlp_forward.max_backoff = Duration::from_secs(1);
-        });
-        assert!(
-            msg.contains("exporters.otlp_forward.max_backoff: must not be below"),
-            "{msg}"
-        );
-        let mut c = Config::default();
-        c.exporters.otlp_forward.max_backoff = c.exporters.otlp_forward.initial_backoff;
-        c.validate("test.toml").unwrap();
-    }
-
-    #[test]
-    fn policies_dir_defaults_to_none_and_is_read_from_the_file() {
-        assert_eq!(Config::default().processors.retry_spend.policies_dir, None);
-        let c = parse("[processors.retry_spend]\npolicies_dir = \"/etc/policies\"\n").unwrap();
-        assert_eq!(
-            c.processors.retry_spend.policies_dir.as_deref(),
-            Some(Path::new("/etc/policies"))
-        );
-        let msg = invalid(|c| c.processors.retry_spend.policies_dir = Some(PathBuf::new()));
-        assert!(
-            msg.contains("processors.retry_spend.policies_dir: must not be empty"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn an_output_with_an_unknown_scheme_is_refused_not_taken_for_a_path() {
-        for output in ["ftp://x/y", "s3:bucket/prefix", "s3:"] {
-            let msg = invalid(|c| c.exporters.parquet.output_dir = PathBuf::from(output));
-            assert!(msg.contains("exporters.parquet.output_dir: "), "{msg}");
-            assert!(msg.contains(output), "{msg}");
-        }
     }
 
     #[test]
@@ -886,22 +683,6 @@ mod tests {
         assert_eq!(os.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert_eq!(os.allow_http, Some(true));
         assert_eq!(os.part_bytes, 8 * MIB);
-    }
-
-    #[test]
-    fn object_store_bounds_are_checked() {
-        let msg = invalid(|c| c.exporters.parquet.object_store.part_bytes = MIB);
-        assert!(
-            msg.contains("exporters.parquet.object_store.part_bytes: must be at least 5 MiB"),
-            "{msg}"
-        );
-        let msg = invalid(|c| c.exporters.parquet.instance_id = "a/b".into());
-        assert!(msg.contains("exporters.parquet.instance_id: "), "{msg}");
-        let msg = invalid(|c| c.exporters.parquet.object_store.max_staged_bytes = 0);
-        assert!(
-            msg.contains("exporters.parquet.object_store.max_staged_bytes: must be above zero"),
-            "{msg}"
-        );
     }
 
     #[test]

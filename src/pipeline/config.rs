@@ -115,3 +115,55 @@ impl RetrySpendConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::testing::{invalid, parse};
+    use crate::config::Config;
+
+    #[test]
+    fn group_wait_must_be_above_zero() {
+        let msg = invalid(|c| c.processors.retry_spend.group_wait = Duration::ZERO);
+        assert!(msg.contains("processors.retry_spend.group_wait: must be above zero"));
+    }
+
+    #[test]
+    fn max_pending_requests_must_be_above_zero() {
+        let msg = invalid(|c| c.processors.retry_spend.max_pending_requests = 0);
+        assert!(msg.contains("processors.retry_spend.max_pending_requests: must be above zero"));
+    }
+
+    #[test]
+    fn finished_cache_may_be_zero() {
+        let mut c = Config::default();
+        c.processors.retry_spend.finished_cache_requests = 0;
+        c.validate("test.toml").unwrap();
+    }
+
+    #[test]
+    fn max_pricing_age_days_must_not_be_negative() {
+        let msg = invalid(|c| c.processors.retry_spend.max_pricing_age_days = -1);
+        assert!(msg.contains("processors.retry_spend.max_pricing_age_days: must not be negative"));
+        let mut c = Config::default();
+        c.processors.retry_spend.max_pricing_age_days = 0;
+        c.validate("test.toml").unwrap();
+    }
+
+    #[test]
+    fn policies_dir_defaults_to_none_and_is_read_from_the_file() {
+        assert_eq!(Config::default().processors.retry_spend.policies_dir, None);
+        let c = parse("[processors.retry_spend]\npolicies_dir = \"/etc/policies\"\n").unwrap();
+        assert_eq!(
+            c.processors.retry_spend.policies_dir.as_deref(),
+            Some(Path::new("/etc/policies"))
+        );
+        let msg = invalid(|c| c.processors.retry_spend.policies_dir = Some(PathBuf::new()));
+        assert!(
+            msg.contains("processors.retry_spend.policies_dir: must not be empty"),
+            "{msg}"
+        );
+    }
+}

@@ -145,3 +145,95 @@ impl AuthConfig {
         problems.finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::testing::{invalid, parse, parse_err};
+    use crate::config::Config;
+
+    #[test]
+    fn max_request_bytes_must_be_above_zero() {
+        let msg = invalid(|c| c.receivers.otlp.max_request_bytes = 0);
+        assert!(msg.contains("receivers.otlp.max_request_bytes: must be above zero"));
+    }
+
+    #[test]
+    fn tls_and_auth_are_off_by_default() {
+        let otlp = Config::default().receivers.otlp;
+        assert!(!otlp.tls.is_enabled());
+        assert!(!otlp.auth.is_enabled());
+    }
+
+    #[test]
+    fn tls_and_auth_keys_parse() {
+        let c = parse(
+            r#"
+            [receivers.otlp.tls]
+            cert_file = "/etc/rsc/cert.pem"
+            key_file = "/etc/rsc/key.pem"
+            [receivers.otlp.auth]
+            tokens_file = "/etc/rsc/tokens"
+            tokens_env = "RETRY_SPEND_TOKENS"
+            "#,
+        )
+        .unwrap();
+        let otlp = &c.receivers.otlp;
+        assert!(otlp.tls.is_enabled());
+        assert_eq!(otlp.tls.cert_file, Path::new("/etc/rsc/cert.pem"));
+        assert_eq!(otlp.tls.key_file, Path::new("/etc/rsc/key.pem"));
+        assert!(otlp.auth.is_enabled());
+        assert_eq!(otlp.auth.tokens_file, Path::new("/etc/rsc/tokens"));
+        assert_eq!(otlp.auth.tokens_env, "RETRY_SPEND_TOKENS");
+    }
+
+    #[test]
+    fn either_auth_source_alone_turns_auth_on() {
+        let c = parse("[receivers.otlp.auth]\ntokens_env = \"TOKENS\"\n").unwrap();
+        assert!(c.receivers.otlp.auth.is_enabled());
+        let c = parse("[receivers.otlp.auth]\ntokens_file = \"tokens\"\n").unwrap();
+        assert!(c.receivers.otlp.auth.is_enabled());
+    }
+
+    #[test]
+    fn tls_cert_without_key_names_the_missing_key() {
+        let msg = parse_err("[receivers.otlp.tls]\ncert_file = \"cert.pem\"\n");
+        assert_eq!(
+            msg,
+            "test.toml: receivers.otlp.tls.key_file: must be set when \
+             receivers.otlp.tls.cert_file is (leave both empty to turn TLS off)"
+        );
+    }
+
+    #[test]
+    fn tls_key_without_cert_names_the_missing_key() {
+        let msg = parse_err("[receivers.otlp.tls]\nkey_file = \"key.pem\"\n");
+        assert!(
+            msg.starts_with("test.toml: receivers.otlp.tls.cert_file: must be set"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn tokens_env_must_name_a_variable() {
+        let msg = parse_err("[receivers.otlp.auth]\ntokens_env = \"TOKENS=abc\"\n");
+        assert!(
+            msg.starts_with("test.toml: receivers.otlp.auth.tokens_env: must be the name"),
+            "{msg}"
+        );
+        assert!(
+            !msg.contains("abc"),
+            "a token-like value is never echoed: {msg}"
+        );
+    }
+
+    #[test]
+    fn unknown_tls_key_is_an_error() {
+        let msg = parse_err("[receivers.otlp.tls]\ncert = \"cert.pem\"\n");
+        assert!(
+            msg.contains("receivers.otlp.tls.cert: unknown field `cert`"),
+            "{msg}"
+        );
+    }
+}

@@ -105,3 +105,73 @@ impl OtlpForwardConfig {
         problems.finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::testing::{invalid, parse, parse_err};
+    use crate::config::Config;
+
+    #[test]
+    fn forward_endpoint_must_be_an_http_url() {
+        let msg = parse_err("[exporters.otlp_forward]\nendpoint = \"https://collector:4317\"\n");
+        assert!(msg.contains("must start with http://"), "{msg}");
+        let msg = parse_err("[exporters.otlp_forward]\nendpoint = \"collector:4317\"\n");
+        assert!(
+            msg.starts_with("test.toml: exporters.otlp_forward.endpoint: must start with http://"),
+            "{msg}"
+        );
+        for ok in ["http://collector:4317", "HTTP://collector:4317"] {
+            let c = parse(&format!("[exporters.otlp_forward]\nendpoint = {ok:?}\n")).unwrap();
+            assert_eq!(c.exporters.otlp_forward.endpoint.as_deref(), Some(ok));
+        }
+    }
+
+    #[test]
+    fn empty_forward_endpoint_in_file_is_off() {
+        let c = parse("[exporters.otlp_forward]\nendpoint = \"\"\n").unwrap();
+        assert_eq!(c.exporters.otlp_forward.endpoint, None);
+    }
+
+    #[test]
+    fn forward_batch_must_stay_below_otlp_receive_limit() {
+        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_bytes = 4 * MIB);
+        assert!(
+            msg.contains(
+                "exporters.otlp_forward.max_batch_bytes: \
+                 must be below 4 MiB (the common OTLP receive limit)"
+            ),
+            "{msg}"
+        );
+        let mut c = Config::default();
+        c.exporters.otlp_forward.max_batch_bytes = 4 * MIB - 1;
+        c.validate("test.toml").unwrap();
+    }
+
+    #[test]
+    fn forward_bounds_must_be_above_zero() {
+        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_spans = 0);
+        assert!(msg.contains("exporters.otlp_forward.max_batch_spans: must be above zero"));
+        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_bytes = 0);
+        assert!(msg.contains("exporters.otlp_forward.max_batch_bytes: must be above zero"));
+        let msg = invalid(|c| c.exporters.otlp_forward.queue_capacity_spans = 0);
+        assert!(msg.contains("exporters.otlp_forward.queue_capacity_spans: must be above zero"));
+        let msg = invalid(|c| c.exporters.otlp_forward.timeout = Duration::ZERO);
+        assert!(msg.contains("exporters.otlp_forward.timeout: must be above zero"));
+    }
+
+    #[test]
+    fn max_backoff_must_not_be_below_initial_backoff() {
+        let msg = invalid(|c| {
+            c.exporters.otlp_forward.initial_backoff = Duration::from_secs(2);
+            c.exporters.otlp_forward.max_backoff = Duration::from_secs(1);
+        });
+        assert!(
+            msg.contains("exporters.otlp_forward.max_backoff: must not be below"),
+            "{msg}"
+        );
+        let mut c = Config::default();
+        c.exporters.otlp_forward.max_backoff = c.exporters.otlp_forward.initial_backoff;
+        c.validate("test.toml").unwrap();
+    }
+}

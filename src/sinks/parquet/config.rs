@@ -160,3 +160,46 @@ impl ObjectStoreConfig {
         problems.finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::testing::invalid;
+
+    #[test]
+    fn parquet_rotation_bounds_must_be_above_zero() {
+        let msg = invalid(|c| c.exporters.parquet.max_rows_per_file = 0);
+        assert!(msg.contains("exporters.parquet.max_rows_per_file: must be above zero"));
+        let msg = invalid(|c| c.exporters.parquet.max_bytes_per_file = 0);
+        assert!(msg.contains("exporters.parquet.max_bytes_per_file: must be above zero"));
+        let msg = invalid(|c| c.exporters.parquet.max_file_age = Duration::ZERO);
+        assert!(msg.contains("exporters.parquet.max_file_age: must be above zero"));
+        let msg = invalid(|c| c.exporters.parquet.row_group_rows = 0);
+        assert!(msg.contains("exporters.parquet.row_group_rows: must be above zero"));
+    }
+
+    #[test]
+    fn an_output_with_an_unknown_scheme_is_refused_not_taken_for_a_path() {
+        for output in ["ftp://x/y", "s3:bucket/prefix", "s3:"] {
+            let msg = invalid(|c| c.exporters.parquet.output_dir = PathBuf::from(output));
+            assert!(msg.contains("exporters.parquet.output_dir: "), "{msg}");
+            assert!(msg.contains(output), "{msg}");
+        }
+    }
+
+    #[test]
+    fn object_store_bounds_are_checked() {
+        let msg = invalid(|c| c.exporters.parquet.object_store.part_bytes = MIB);
+        assert!(
+            msg.contains("exporters.parquet.object_store.part_bytes: must be at least 5 MiB"),
+            "{msg}"
+        );
+        let msg = invalid(|c| c.exporters.parquet.instance_id = "a/b".into());
+        assert!(msg.contains("exporters.parquet.instance_id: "), "{msg}");
+        let msg = invalid(|c| c.exporters.parquet.object_store.max_staged_bytes = 0);
+        assert!(
+            msg.contains("exporters.parquet.object_store.max_staged_bytes: must be above zero"),
+            "{msg}"
+        );
+    }
+}
