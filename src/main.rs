@@ -12,11 +12,10 @@ use clap::{Parser, Subcommand};
 
 use retry_spend_collector::config::{parse_duration_arg, Config, ServeOverrides};
 use retry_spend_collector::pipeline::Engine;
-use retry_spend_collector::pipeline::RetrySpendConfig;
 use retry_spend_collector::policy::{review, PolicySet, DEFAULT_POLICIES_DIR};
 use retry_spend_collector::pricing::import::{self, Format, ImportOptions, Imported};
 use retry_spend_collector::pricing::PricingBook;
-use retry_spend_collector::replay::{replay, replay_to_store, ReplayOptions};
+use retry_spend_collector::replay::{self, replay, replay_to_store, ReplayOptions};
 use retry_spend_collector::report::{self, ReportFormat, DEFAULT_TOP};
 use retry_spend_collector::rules::RulesConfig;
 use retry_spend_collector::sinks::parquet::{instance, ObjectStoreConfig, Output};
@@ -128,8 +127,8 @@ enum Command {
         #[arg(long, value_name = "DAYS", default_value_t = RulesConfig::default().max_pricing_age_days)]
         max_pricing_age_days: i64,
         /// Estimated bytes of requests held while the input is read, as serve's
-        /// processors.retry_spend.max_pending_bytes; over it the oldest are evaluated early (counted in the summary).
-        #[arg(long, value_name = "BYTES", default_value_t = RetrySpendConfig::default().max_pending_bytes, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+        /// processors.retry_spend.max_pending_bytes (default 256 MiB); over it the oldest are evaluated early (counted in the summary).
+        #[arg(long, value_name = "BYTES", default_value_t = replay::DEFAULT_MAX_PENDING_BYTES as u64, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
         max_pending_bytes: u64,
         /// OTLP JSON lines files; `-` reads standard input.
         #[arg(value_name = "FILE", required = true)]

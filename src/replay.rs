@@ -135,17 +135,22 @@ impl fmt::Display for ReplaySummary {
 pub struct ReplayOptions {
     /// File rotation and naming; its `output_dir` is unused (the output is an argument).
     pub sink: ParquetExporterConfig,
-    /// Estimated bytes of requests held while their spans are read (serve's
+    /// Estimated bytes of requests held while their spans are read (as serve's
     /// `processors.retry_spend.max_pending_bytes`). Over it the oldest pending requests are
     /// evaluated early, counted in [`ReplaySummary::evaluated_early`].
     pub max_pending_bytes: u64,
 }
 
+/// `replay`'s default budget: larger than `serve`'s, since a batch job's rows should be those of
+/// grouping the whole input for any file a machine reads comfortably, and nothing else shares
+/// its memory.
+pub const DEFAULT_MAX_PENDING_BYTES: usize = 256 * 1024 * 1024;
+
 impl Default for ReplayOptions {
     fn default() -> Self {
         ReplayOptions {
             sink: ParquetExporterConfig::default(),
-            max_pending_bytes: RetrySpendConfig::default().max_pending_bytes,
+            max_pending_bytes: DEFAULT_MAX_PENDING_BYTES as u64,
         }
     }
 }

@@ -195,6 +195,12 @@ impl Assembler {
     /// [`Grouper::finish`]).
     pub fn finish(&mut self, request: Request) {
         self.grouper.finish(request);
+        // The finished cache keeps at most half the budget even when nothing is pending: with
+        // `attempt_count` set nothing waits, and a cache filling the whole budget was most of
+        // the process's memory; the other half stays for requests that do wait.
+        while self.grouper.finished_bytes() > self.options.max_pending_bytes / 2
+            && self.grouper.evict_finished()
+        {}
     }
 
     /// [`Assembler::offer`] for a span replayed from the write-ahead log whose row no
@@ -224,7 +230,7 @@ impl Assembler {
     }
 
     /// The finished cache as a summaries file (see [`Grouper::encode_finished`]).
-    pub fn encode_finished(&self) -> Vec<u8> {
+    pub fn encode_finished(&self) -> crate::assemble::summary::Encoded {
         self.grouper.encode_finished()
     }
 

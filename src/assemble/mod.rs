@@ -592,8 +592,8 @@ impl Grouper {
 
     /// The finished cache as a summaries file ([`summary`]), oldest request first. Requests
     /// named by one plain span are left out: no later retry can join them.
-    pub fn encode_finished(&self) -> Vec<u8> {
-        let mut encoder = summary::Encoder::default();
+    pub fn encode_finished(&self) -> summary::Encoded {
+        let mut encoder = summary::Encoder::with_capacity(self.finished_order.len());
         let mut others = Vec::new();
         for key in &self.finished_order {
             if matches!(key, GroupKey::Single { .. }) {
@@ -614,7 +614,7 @@ impl Grouper {
                 &others,
             );
         }
-        encoder.finish()
+        encoder.finish_parts()
     }
 
     /// Takes back a finished request saved before a restart, as the newest entry of the cache

@@ -158,6 +158,24 @@ pub struct Summary {
     pub other_span_ids: Vec<SpanId>,
 }
 
+/// A summaries file as its three parts, in file order.
+#[derive(Debug)]
+pub struct Encoded {
+    head: Vec<u8>,
+    requests: Vec<u8>,
+    crc: [u8; 4],
+}
+
+impl Encoded {
+    pub fn parts(&self) -> [&[u8]; 3] {
+        [&self.head, &self.requests, &self.crc]
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.parts().concat()
+    }
+}
+
 /// Why a summaries file was not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SummaryError {
@@ -188,6 +206,15 @@ pub struct Encoder<'a> {
 }
 
 impl<'a> Encoder<'a> {
+    /// An encoder sized for about `requests` requests (~140 bytes each), so its buffer is not
+    /// regrown and copied while a large cache is written.
+    pub fn with_capacity(requests: usize) -> Encoder<'a> {
+        Encoder {
+            requests: Vec::with_capacity(requests.saturating_mul(160)),
+            ..Encoder::default()
+        }
+    }
+
     /// Adds one finished request; `other_span_ids` are ids seen but not among `attempts`.
     pub fn push(
         &mut self,
@@ -245,23 +272,33 @@ impl<'a> Encoder<'a> {
 
     /// The file's bytes.
     pub fn finish(self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.requests.len() + 256);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
-        put_varint(&mut out, self.strings.len() as u64);
+        self.finish_parts().to_vec()
+    }
+
+    /// The file in parts, written one after the other: the requests are most of it and are
+    /// not copied again behind the header (a cache of 50,000 requests is ~7 MB).
+    pub fn finish_parts(self) -> Encoded {
+        let mut head = Vec::with_capacity(256);
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&VERSION.to_le_bytes());
+        head.extend_from_slice(&0u16.to_le_bytes());
+        put_varint(&mut head, self.strings.len() as u64);
         for s in &self.strings {
-            put_bytes(&mut out, s.as_bytes());
+            put_bytes(&mut head, s.as_bytes());
         }
-        put_varint(&mut out, self.envelopes.len() as u64);
+        put_varint(&mut head, self.envelopes.len() as u64);
         for envelope in &self.envelopes {
-            put_envelope(&mut out, envelope, &self.string_index);
+            put_envelope(&mut head, envelope, &self.string_index);
         }
-        put_varint(&mut out, self.count);
-        out.extend_from_slice(&self.requests);
-        let crc = crc32fast::hash(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
+        put_varint(&mut head, self.count);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head);
+        crc.update(&self.requests);
+        Encoded {
+            head,
+            requests: self.requests,
+            crc: crc.finalize().to_le_bytes(),
+        }
     }
 
     fn string(&mut self, s: &'a str) -> u32 {

@@ -53,7 +53,7 @@ impl Default for RetrySpendConfig {
             group_wait: Duration::from_secs(10),
             max_pending_requests: 100_000,
             finished_cache_requests: 50_000,
-            max_pending_bytes: 64 * MIB,
+            max_pending_bytes: 32 * MIB,
             max_pricing_age_days: 30,
             pricing_dir: PathBuf::from("config/pricing"),
             workers: 0,

@@ -121,16 +121,18 @@ impl SummaryStore {
         self.dir.join(format!("{PREFIX}{shard}.{EXTENSION}"))
     }
 
-    /// Replaces `shard`'s file with `bytes`, atomically: a crash leaves the old file or the
-    /// new one, never a mix.
-    pub fn save(&self, shard: usize, bytes: &[u8]) -> std::io::Result<()> {
+    /// Replaces `shard`'s file with `parts` one after the other, atomically: a crash leaves
+    /// the old file or the new one, never a mix.
+    pub fn save(&self, shard: usize, parts: &[&[u8]]) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
         let path = self.path(shard);
         let temporary = self
             .dir
             .join(format!("{PREFIX}{shard}.{EXTENSION}{TEMPORARY_SUFFIX}"));
         let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(bytes)?;
+        for part in parts {
+            file.write_all(part)?;
+        }
         if self.fsync {
             file.sync_data()?;
         }

@@ -383,8 +383,8 @@ impl Worker {
             force || saved.changes.is_none() || now.duration_since(saved.at) >= SUMMARIES_EVERY;
         if saved.changes != Some(changes) && due {
             saved.at = now;
-            let bytes = self.assembler.encode_finished();
-            match saved.store.save(self.shard, &bytes) {
+            let encoded = self.assembler.encode_finished();
+            match saved.store.save(self.shard, &encoded.parts()) {
                 Ok(()) => saved.changes = Some(changes),
                 Err(e) => {
                     // Only context is at stake, never rows: the log is not held for it.

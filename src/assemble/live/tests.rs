@@ -323,7 +323,7 @@ fn only_http_tries_held_for_a_parent_are_held() {
 
 /// The finished cache of `a`, saved and read back into a new assembler (a restart).
 fn restarted(a: &Assembler, options: RetrySpendConfig) -> Assembler {
-    let saved = crate::assemble::summary::decode(&a.encode_finished()).unwrap();
+    let saved = crate::assemble::summary::decode(&a.encode_finished().to_vec()).unwrap();
     let mut b = Assembler::new(&options, 1);
     b.restore(saved);
     b

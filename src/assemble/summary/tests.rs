@@ -234,7 +234,7 @@ fn a_finished_request_costs_a_fraction_of_its_spans() {
         }
     }
     let cache = grouper.finished_bytes() / REQUESTS;
-    let file = grouper.encode_finished().len() / REQUESTS;
+    let file = grouper.encode_finished().to_vec().len() / REQUESTS;
     let before = whole_spans / REQUESTS + 512 + 2 * 16;
     eprintln!(
         "bytes per finished request: cache {cache} (as whole spans: {before}), file {file}; \
@@ -244,6 +244,6 @@ fn a_finished_request_costs_a_fraction_of_its_spans() {
     );
     assert!(cache * 3 < before * 2, "cache {cache} vs {before}");
     assert!(file <= 160, "file {file}");
-    let restored = decode(&grouper.encode_finished()).unwrap();
+    let restored = decode(&grouper.encode_finished().to_vec()).unwrap();
     assert_eq!(restored.len(), REQUESTS);
 }
