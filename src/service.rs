@@ -511,7 +511,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             let _ = rx.wait_for(|stop| *stop).await;
         }
     };
-    let max_request_bytes = usize::try_from(otlp.max_request_bytes).unwrap_or(usize::MAX);
+    let max_request_bytes = otlp.request_limit();
     // Weak handles: the stages must end when the receivers are done, not when this is dropped.
     let shard_handles: Vec<_> = senders.iter().map(mpsc::Sender::downgrade).collect();
     drop(senders);

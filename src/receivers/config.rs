@@ -75,8 +75,8 @@ impl OtlpReceiverConfig {
         problems.finish()
     }
 
-    /// The largest request body, as the listeners count it.
-    pub fn max_request_bytes(&self) -> usize {
+    /// The largest request body, as the listeners and the decision service count it.
+    pub fn request_limit(&self) -> usize {
         usize::try_from(self.max_request_bytes).unwrap_or(usize::MAX)
     }
 }
