@@ -1,10 +1,17 @@
-//! The whole TOML configuration of `serve`: defaults, parsing and validation.
+//! The TOML configuration of `serve` as a whole: the sections composed, parsing, flag overrides,
+//! and the checks of values in different sections that only fail together.
 //!
 //! Laid out like an OpenTelemetry Collector config (receivers → processors → exporters, plus
-//! `telemetry` and `service`), so users read it with the picture they already have. Every key has
-//! a default, so an empty file is a valid config and `config/collector.toml` only documents them.
-//! Unknown keys are errors: a typo'd key silently falling back to its default is the worst kind
-//! of misconfiguration, because nothing tells the user it happened.
+//! `telemetry` and `service`), so users read it with the picture they already have. Each section
+//! is owned by the component it configures, next to its code, with its defaults and its
+//! `validate`: `[receivers.otlp]` in `receivers/config.rs`, `[processors.retry_spend]` in
+//! `pipeline/config.rs`, `[exporters.parquet]` and `[exporters.otlp_forward]` in
+//! `sinks/{parquet,forward}/config.rs`, `[telemetry]` in `sinks/metrics/config.rs`, `[wal]` in
+//! `wal/config.rs`, `[decisions]` in `decisions/config.rs`, `[service]` in `service.rs`.
+//!
+//! Every key has a default, so an empty file is a valid config and `config/collector.toml` only
+//! documents them. Unknown keys are errors: a typo'd key silently falling back to its default is
+//! the worst kind of misconfiguration, because nothing tells the user it happened.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -14,15 +21,20 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::sinks::parquet::instance;
-use crate::sinks::parquet::remote::MIN_PART_BYTES;
+use crate::decisions::config::DecisionsConfig;
+use crate::pipeline::config::ProcessorsConfig;
+use crate::receivers::config::{addresses_collide, ReceiversConfig};
+use crate::service::ServiceConfig;
+use crate::sinks::forward::config::OtlpForwardConfig;
+use crate::sinks::metrics::config::TelemetryConfig;
+use crate::sinks::parquet::config::ParquetExporterConfig;
 use crate::sinks::parquet::Output;
+use crate::wal::config::WalConfig;
 
-const MIB: u64 = 1024 * 1024;
+pub(crate) const MIB: u64 = 1024 * 1024;
 
-/// The request size most OTLP receivers accept (the OpenTelemetry Collector's gRPC default).
-/// A forwarded batch at or above it would be refused downstream.
-const OTLP_RECEIVE_LIMIT_BYTES: u64 = 4 * MIB;
+/// The most common validation problem.
+pub(crate) const ABOVE_ZERO: &str = "must be above zero";
 
 /// The `serve` configuration, as read from `config/collector.toml` and then overridden by flags.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -37,132 +49,6 @@ pub struct Config {
     pub decisions: DecisionsConfig,
 }
 
-/// `[receivers]`: where spans come in.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ReceiversConfig {
-    pub otlp: OtlpReceiverConfig,
-}
-
-/// `[receivers.otlp]`: the OTLP gRPC and OTLP/HTTP listeners.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct OtlpReceiverConfig {
-    pub grpc_addr: SocketAddr,
-    pub http_addr: SocketAddr,
-    /// Largest accepted request body, after decompression.
-    pub max_request_bytes: u64,
-    /// Memory bound on accepted requests not yet taken by the pipeline; above it, exports are
-    /// refused with the retryable answers OTLP clients back off on.
-    pub max_in_flight_bytes: u64,
-    pub tls: TlsConfig,
-    pub auth: AuthConfig,
-}
-
-impl Default for OtlpReceiverConfig {
-    fn default() -> Self {
-        OtlpReceiverConfig {
-            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 4317)),
-            http_addr: SocketAddr::from(([127, 0, 0, 1], 4318)),
-            max_request_bytes: OTLP_RECEIVE_LIMIT_BYTES,
-            max_in_flight_bytes: 256 * MIB,
-            tls: TlsConfig::default(),
-            auth: AuthConfig::default(),
-        }
-    }
-}
-
-/// `[receivers.otlp.tls]`: TLS on both OTLP listeners. Off while both files are empty.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TlsConfig {
-    /// PEM certificate chain, the server's own certificate first.
-    pub cert_file: PathBuf,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of the first certificate.
-    pub key_file: PathBuf,
-}
-
-impl TlsConfig {
-    pub fn is_enabled(&self) -> bool {
-        !self.cert_file.as_os_str().is_empty() || !self.key_file.as_os_str().is_empty()
-    }
-}
-
-/// `[receivers.otlp.auth]`: bearer tokens both OTLP listeners require. Off while both keys are
-/// empty. Only where the tokens are is configured here, never a token itself, so this struct is
-/// safe to print.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AuthConfig {
-    /// File of accepted tokens, one a line; blank lines and `#` comments are ignored.
-    pub tokens_file: PathBuf,
-    /// Name of an environment variable holding accepted tokens, comma-separated.
-    pub tokens_env: String,
-}
-
-impl AuthConfig {
-    pub fn is_enabled(&self) -> bool {
-        !self.tokens_file.as_os_str().is_empty() || !self.tokens_env.is_empty()
-    }
-}
-
-/// `[processors]`: what happens between receiving and exporting.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ProcessorsConfig {
-    pub retry_spend: RetrySpendConfig,
-}
-
-/// `[processors.retry_spend]`: grouping attempts into requests and pricing them.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetrySpendConfig {
-    /// How long a request waits for missing spans after its latest span arrived.
-    #[serde(deserialize_with = "duration::deserialize")]
-    pub group_wait: Duration,
-    /// Requests buffered while waiting; the bound on the assembler's memory.
-    pub max_pending_requests: usize,
-    /// Recently evaluated requests remembered so a late duplicate span is not a new request.
-    pub finished_cache_requests: usize,
-    /// Estimated bytes of pending requests and the finished-request cache together (all shards).
-    pub max_pending_bytes: u64,
-    /// A snapshot checked more than this many whole days before a span start is stale.
-    pub max_pricing_age_days: i64,
-    /// Directory of pricing snapshot files, all loaded at start.
-    pub pricing_dir: PathBuf,
-    /// Directory of envelope policy files; `None` means `config/policies`, which may then be
-    /// missing (no policies). A directory named here must exist.
-    pub policies_dir: Option<PathBuf>,
-    /// Pipeline shards, each a thread owning the requests of its traces; 0: one per core the
-    /// process may use.
-    pub workers: usize,
-}
-
-impl RetrySpendConfig {
-    /// The number of pipeline shards to run.
-    pub fn worker_count(&self) -> usize {
-        match self.workers {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        }
-    }
-}
-
-impl Default for RetrySpendConfig {
-    fn default() -> Self {
-        RetrySpendConfig {
-            group_wait: Duration::from_secs(10),
-            max_pending_requests: 100_000,
-            finished_cache_requests: 50_000,
-            max_pending_bytes: 32 * MIB,
-            max_pricing_age_days: 30,
-            pricing_dir: PathBuf::from("config/pricing"),
-            workers: 0,
-            policies_dir: None,
-        }
-    }
-}
-
 /// `[exporters]`: where evaluated attempts go.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -171,217 +57,13 @@ pub struct ExportersConfig {
     pub otlp_forward: OtlpForwardConfig,
 }
 
-/// `[exporters.parquet]`: the `attempts` table files and when to rotate them.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ParquetExporterConfig {
-    /// `false` (`--sink none`) acknowledges and discards every export right after decoding it:
-    /// a benchmark baseline, never a production setting.
-    pub enabled: bool,
-    /// Root of everything the collector keeps on disk; or an object store URL
-    /// (`s3://bucket/prefix`, `gs://…`, `az://…`), with local state under `wal.dir`.
-    pub output_dir: PathBuf,
-    pub max_rows_per_file: usize,
-    pub max_bytes_per_file: u64,
-    #[serde(deserialize_with = "duration::deserialize")]
-    pub max_file_age: Duration,
-    pub row_group_rows: usize,
-    /// Part of every file name, so that collectors can share one output. Empty: for an object
-    /// store, a random id generated once and kept in `<wal dir>/instance-id`; for a directory,
-    /// the host name and process id.
-    pub instance_id: String,
-    pub object_store: ObjectStoreConfig,
-}
-
-impl Default for ParquetExporterConfig {
-    fn default() -> Self {
-        ParquetExporterConfig {
-            enabled: true,
-            output_dir: PathBuf::from("data"),
-            max_rows_per_file: 262_144,
-            max_bytes_per_file: 128 * MIB,
-            max_file_age: Duration::from_secs(60),
-            row_group_rows: 65_536,
-            instance_id: String::new(),
-            object_store: ObjectStoreConfig::default(),
-        }
+impl ExportersConfig {
+    pub fn validate(&self) -> Result<(), Vec<ConfigProblem>> {
+        let mut problems = Problems::default();
+        problems.add(self.parquet.validate());
+        problems.add(self.otlp_forward.validate());
+        problems.finish()
     }
-}
-
-/// `[exporters.parquet.object_store]`: uploading to an `s3://`, `gs://` or `az://` output.
-/// Credentials and region come from each cloud's standard environment.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ObjectStoreConfig {
-    /// An S3-compatible endpoint such as `http://127.0.0.1:9000`; empty: `AWS_ENDPOINT_URL` or
-    /// the cloud's own.
-    #[serde(deserialize_with = "deserialize_endpoint")]
-    pub endpoint: Option<String>,
-    /// Allows an `http://` endpoint; absent: `AWS_ALLOW_HTTP`.
-    pub allow_http: Option<bool>,
-    /// Parquet bytes completed and not yet uploaded above which exports are refused (the
-    /// store is down or slower than intake) until uploads catch up.
-    pub max_staged_bytes: u64,
-    /// Files up to this size are uploaded in one request, larger ones in parts of this size.
-    pub part_bytes: u64,
-    /// Backoff between retries of a failed upload, doubling up to `max_backoff`.
-    #[serde(deserialize_with = "duration::deserialize")]
-    pub initial_backoff: Duration,
-    #[serde(deserialize_with = "duration::deserialize")]
-    pub max_backoff: Duration,
-    /// Further client settings by their `object_store` names (`aws_virtual_hosted_style_request`,
-    /// `google_service_account`…), over the environment's. Keep secrets in the environment.
-    pub options: std::collections::BTreeMap<String, String>,
-}
-
-impl Default for ObjectStoreConfig {
-    fn default() -> Self {
-        ObjectStoreConfig {
-            endpoint: None,
-            allow_http: None,
-            max_staged_bytes: 1024 * MIB,
-            part_bytes: 16 * MIB,
-            initial_backoff: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(30),
-            options: Default::default(),
-        }
-    }
-}
-
-/// `[exporters.otlp_forward]`: sending the enriched spans on to a downstream OTLP gRPC endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct OtlpForwardConfig {
-    /// Downstream OTLP gRPC endpoint; `None` turns forwarding off. An empty string in the file
-    /// also means off, so the shipped file can list the key with its default.
-    #[serde(deserialize_with = "deserialize_endpoint")]
-    pub endpoint: Option<String>,
-    pub max_batch_spans: usize,
-    pub max_batch_bytes: u64,
-    /// Spans buffered for forwarding; beyond it new spans are dropped and counted.
-    pub queue_capacity_spans: usize,
-    #[serde(deserialize_with = "duration::deserialize")]
-    pub timeout: Duration,
-    pub max_retries: u32,
-    #[serde(deserialize_with = "duration::deserialize")]
-    pub initial_backoff: Duration,
-    #[serde(deserialize_with = "duration::deserialize")]
-    pub max_backoff: Duration,
-}
-
-impl Default for OtlpForwardConfig {
-    fn default() -> Self {
-        OtlpForwardConfig {
-            endpoint: None,
-            max_batch_spans: 512,
-            max_batch_bytes: MIB,
-            queue_capacity_spans: 100_000,
-            timeout: Duration::from_secs(5),
-            max_retries: 5,
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
-        }
-    }
-}
-
-/// `[telemetry]`: the collector's own metrics.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TelemetryConfig {
-    /// Serves Prometheus text at `/metrics` and liveness at `/healthz`.
-    pub metrics_addr: SocketAddr,
-    /// Distinct `task_type` and `billing_group` label values each; the rest count as `_other`.
-    pub max_label_values: usize,
-}
-
-impl Default for TelemetryConfig {
-    fn default() -> Self {
-        TelemetryConfig {
-            metrics_addr: SocketAddr::from(([127, 0, 0, 1], 9464)),
-            max_label_values: crate::sinks::metrics::DEFAULT_LABEL_VALUES,
-        }
-    }
-}
-
-/// `[service]`: the process as a whole.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ServiceConfig {
-    /// How long shutdown waits for the forward queue to drain downstream. Evaluating buffered
-    /// requests and completing Parquet files are not cut short: they always finish, so nothing
-    /// accepted is lost.
-    #[serde(deserialize_with = "duration::deserialize")]
-    pub shutdown_timeout: Duration,
-}
-
-impl Default for ServiceConfig {
-    fn default() -> Self {
-        ServiceConfig {
-            shutdown_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-/// `[wal]`: the write-ahead log that makes an acknowledged export survive a crash.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WalConfig {
-    /// `false` (`--wal off`) answers exports once they are queued in memory: a crash then loses
-    /// what was accepted but not yet in a completed Parquet file.
-    pub enabled: bool,
-    /// Empty: `<output_dir>/wal`, so one output directory holds a collector's whole state.
-    /// Required with an object store output: the log and the staging of Parquet files before
-    /// upload live here.
-    pub dir: PathBuf,
-    pub segment_bytes: u64,
-    pub fsync: FsyncMode,
-    /// For `fsync = "interval"`: the longest an acknowledged export may stay unsynced.
-    #[serde(deserialize_with = "duration::deserialize")]
-    pub fsync_interval: Duration,
-}
-
-impl Default for WalConfig {
-    fn default() -> Self {
-        WalConfig {
-            enabled: true,
-            dir: PathBuf::new(),
-            segment_bytes: 64 * MIB,
-            fsync: FsyncMode::Always,
-            fsync_interval: Duration::from_secs(1),
-        }
-    }
-}
-
-impl WalConfig {
-    /// Where the log lives for a given output directory.
-    pub fn dir_for(&self, output_dir: &std::path::Path) -> PathBuf {
-        if self.dir.as_os_str().is_empty() {
-            output_dir.join("wal")
-        } else {
-            self.dir.clone()
-        }
-    }
-}
-
-/// `[decisions]`: the decision service (SPEC §7), served on the receivers' addresses.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DecisionsConfig {
-    /// Allow retries the rules cannot audit (fail open). Off by default: the seed's envelope
-    /// fails closed, refusing what it cannot price.
-    pub allow_unaudited: bool,
-}
-
-/// When the write-ahead log is forced to disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FsyncMode {
-    /// Before each export is answered (concurrent exports share one fsync). Survives power loss.
-    Always,
-    /// Every `fsync_interval`: a power loss can lose that window's acknowledged exports.
-    Interval,
-    /// Left to the OS: fastest, survives a process crash but not a power loss.
-    Off,
 }
 
 /// Values from `serve` flags and their `RETRY_SPEND_*` environment variables; `None` keeps the
@@ -448,6 +130,13 @@ impl fmt::Display for ConfigProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.key, self.problem)
     }
+}
+
+/// Problems on one line, `; `-separated, for an error from a component given a config that was
+/// not validated first.
+pub fn join_problems(problems: &[ConfigProblem]) -> String {
+    let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    problems.join("; ")
 }
 
 fn key_prefix(key: &str) -> String {
@@ -546,211 +235,65 @@ impl Config {
         }
     }
 
+    /// Every section's own problems, then those of values in different sections that only
+    /// fail together.
     fn problems(&self) -> Vec<ConfigProblem> {
-        let mut problems = Vec::new();
-        let mut check = |ok: bool, key: &'static str, problem: &str| {
-            if !ok {
-                problems.push(ConfigProblem {
-                    key,
-                    problem: problem.to_owned(),
-                });
-            }
-        };
-        const ABOVE_ZERO: &str = "must be above zero";
+        let mut problems = Problems::default();
+        problems.add(self.receivers.validate());
+        problems.add(self.processors.validate());
+        problems.add(self.exporters.validate());
+        problems.add(self.telemetry.validate());
+        problems.add(self.service.validate());
+        problems.add(self.wal.validate());
 
         let otlp = &self.receivers.otlp;
-        check(
-            otlp.max_request_bytes > 0,
-            "receivers.otlp.max_request_bytes",
-            ABOVE_ZERO,
-        );
-        check(
-            otlp.max_in_flight_bytes >= otlp.max_request_bytes,
-            "receivers.otlp.max_in_flight_bytes",
-            "must be at least receivers.otlp.max_request_bytes, or no large request could ever pass",
-        );
-        let tls = &otlp.tls;
-        check(
-            tls.cert_file.as_os_str().is_empty() || !tls.key_file.as_os_str().is_empty(),
-            "receivers.otlp.tls.key_file",
-            "must be set when receivers.otlp.tls.cert_file is (leave both empty to turn TLS off)",
-        );
-        check(
-            tls.key_file.as_os_str().is_empty() || !tls.cert_file.as_os_str().is_empty(),
-            "receivers.otlp.tls.cert_file",
-            "must be set when receivers.otlp.tls.key_file is (leave both empty to turn TLS off)",
-        );
-        let env = &otlp.auth.tokens_env;
-        check(
-            !env.contains(['=', '\0']),
-            "receivers.otlp.auth.tokens_env",
-            "must be the name of an environment variable (no '=' or NUL), not a token",
-        );
-        check(self.wal.segment_bytes > 0, "wal.segment_bytes", ABOVE_ZERO);
-        check(
-            self.wal.fsync != FsyncMode::Interval || !self.wal.fsync_interval.is_zero(),
-            "wal.fsync_interval",
-            "must be above zero when fsync = \"interval\"",
-        );
-        // Port 0 asks the OS for a free port, so two zero ports never collide.
-        let collides = |a: SocketAddr, b: SocketAddr| a.port() != 0 && a == b;
-        check(
-            !collides(otlp.http_addr, otlp.grpc_addr),
-            "receivers.otlp.http_addr",
-            "must differ from receivers.otlp.grpc_addr",
-        );
-        check(
-            !collides(self.telemetry.metrics_addr, otlp.grpc_addr)
-                && !collides(self.telemetry.metrics_addr, otlp.http_addr),
+        let metrics_addr = self.telemetry.metrics_addr;
+        problems.check(
+            !addresses_collide(metrics_addr, otlp.grpc_addr)
+                && !addresses_collide(metrics_addr, otlp.http_addr),
             "telemetry.metrics_addr",
             "must differ from the receivers.otlp addresses",
         );
-
-        let rs = &self.processors.retry_spend;
-        check(
-            !rs.group_wait.is_zero(),
-            "processors.retry_spend.group_wait",
-            ABOVE_ZERO,
-        );
-        check(
-            rs.max_pending_requests > 0,
-            "processors.retry_spend.max_pending_requests",
-            ABOVE_ZERO,
-        );
-        check(
-            self.telemetry.max_label_values > 0,
-            "telemetry.max_label_values",
-            ABOVE_ZERO,
-        );
-        check(
-            rs.max_pending_bytes >= MIB,
-            "processors.retry_spend.max_pending_bytes",
-            "must be at least 1 MiB (1048576)",
-        );
-        check(
-            rs.max_pricing_age_days >= 0,
-            "processors.retry_spend.max_pricing_age_days",
-            "must not be negative",
-        );
-        check(
-            !rs.pricing_dir.as_os_str().is_empty(),
-            "processors.retry_spend.pricing_dir",
-            "must not be empty",
-        );
-        check(
-            rs.policies_dir
-                .as_ref()
-                .is_none_or(|dir| !dir.as_os_str().is_empty()),
-            "processors.retry_spend.policies_dir",
-            "must not be empty; leave it out for the default config/policies",
-        );
-
-        let pq = &self.exporters.parquet;
-        check(
-            !pq.output_dir.as_os_str().is_empty(),
-            "exporters.parquet.output_dir",
-            "must not be empty",
-        );
-        match Output::parse(&pq.output_dir) {
-            Ok(output) => check(
+        if let Ok(output) = Output::parse(&self.exporters.parquet.output_dir) {
+            problems.check(
                 !output.is_remote() || !self.wal.dir.as_os_str().is_empty(),
                 "wal.dir",
                 "must be set when exporters.parquet.output_dir is an object store URL: the write-ahead log and the Parquet files waiting for upload stay on local disk",
-            ),
-            Err(e) => check(false, "exporters.parquet.output_dir", &e.to_string()),
-        }
-        check(
-            pq.instance_id.is_empty() || instance::validate(&pq.instance_id).is_ok(),
-            "exporters.parquet.instance_id",
-            "must be 1 to 64 ASCII letters, digits, '-' or '_' (or empty for a generated one)",
-        );
-        let os = &pq.object_store;
-        check(
-            os.max_staged_bytes > 0,
-            "exporters.parquet.object_store.max_staged_bytes",
-            ABOVE_ZERO,
-        );
-        check(
-            os.part_bytes >= MIN_PART_BYTES as u64,
-            "exporters.parquet.object_store.part_bytes",
-            "must be at least 5 MiB (5242880), the smallest part S3 accepts",
-        );
-        check(
-            !os.initial_backoff.is_zero(),
-            "exporters.parquet.object_store.initial_backoff",
-            ABOVE_ZERO,
-        );
-        check(
-            os.max_backoff >= os.initial_backoff,
-            "exporters.parquet.object_store.max_backoff",
-            "must not be below exporters.parquet.object_store.initial_backoff",
-        );
-        check(
-            pq.max_rows_per_file > 0,
-            "exporters.parquet.max_rows_per_file",
-            ABOVE_ZERO,
-        );
-        check(
-            pq.max_bytes_per_file > 0,
-            "exporters.parquet.max_bytes_per_file",
-            ABOVE_ZERO,
-        );
-        check(
-            !pq.max_file_age.is_zero(),
-            "exporters.parquet.max_file_age",
-            ABOVE_ZERO,
-        );
-        check(
-            pq.row_group_rows > 0,
-            "exporters.parquet.row_group_rows",
-            ABOVE_ZERO,
-        );
-
-        let fw = &self.exporters.otlp_forward;
-        if let Some(endpoint) = &fw.endpoint {
-            check(
-                endpoint.to_ascii_lowercase().starts_with("http://"),
-                "exporters.otlp_forward.endpoint",
-                "must start with http:// (TLS to the downstream is not built in: put a TLS-terminating proxy or a local collector in between; leave it empty to turn forwarding off)",
             );
         }
-        check(
-            fw.max_batch_spans > 0,
-            "exporters.otlp_forward.max_batch_spans",
-            ABOVE_ZERO,
-        );
-        check(
-            fw.max_batch_bytes > 0,
-            "exporters.otlp_forward.max_batch_bytes",
-            ABOVE_ZERO,
-        );
-        check(
-            fw.max_batch_bytes < OTLP_RECEIVE_LIMIT_BYTES,
-            "exporters.otlp_forward.max_batch_bytes",
-            "must be below 4 MiB (the common OTLP receive limit)",
-        );
-        check(
-            fw.queue_capacity_spans > 0,
-            "exporters.otlp_forward.queue_capacity_spans",
-            ABOVE_ZERO,
-        );
-        check(
-            !fw.timeout.is_zero(),
-            "exporters.otlp_forward.timeout",
-            ABOVE_ZERO,
-        );
-        check(
-            fw.max_backoff >= fw.initial_backoff,
-            "exporters.otlp_forward.max_backoff",
-            "must not be below exporters.otlp_forward.initial_backoff",
-        );
+        problems.0
+    }
+}
 
-        check(
-            !self.service.shutdown_timeout.is_zero(),
-            "service.shutdown_timeout",
-            ABOVE_ZERO,
-        );
-        problems
+/// The problems of one section or more: every one is reported, not only the first, so a user
+/// fixes a config in one go.
+#[derive(Debug, Default)]
+pub(crate) struct Problems(Vec<ConfigProblem>);
+
+impl Problems {
+    /// Records `problem` with `key` unless `ok`.
+    pub(crate) fn check(&mut self, ok: bool, key: &'static str, problem: &str) {
+        if !ok {
+            self.0.push(ConfigProblem {
+                key,
+                problem: problem.to_owned(),
+            });
+        }
+    }
+
+    /// Records a section's problems.
+    pub(crate) fn add(&mut self, section: Result<(), Vec<ConfigProblem>>) {
+        if let Err(problems) = section {
+            self.0.extend(problems);
+        }
+    }
+
+    pub(crate) fn finish(self) -> Result<(), Vec<ConfigProblem>> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(self.0)
+        }
     }
 }
 
@@ -767,7 +310,7 @@ fn non_empty(s: String) -> Option<String> {
     }
 }
 
-fn deserialize_endpoint<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
+pub(crate) fn deserialize_endpoint<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {
@@ -872,7 +415,7 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 
 /// Durations are written as humantime strings (`"500ms"`, `"2s"`, `"1m"`), never bare numbers,
 /// so a reader never has to guess the unit.
-mod duration {
+pub(crate) mod duration {
     use std::fmt;
     use std::time::Duration;
 
@@ -884,7 +427,7 @@ mod duration {
         format!("invalid duration {s:?}: {e}; expected {EXPECTED}")
     }
 
-    pub(super) fn deserialize<'de, D>(deserializer: D) -> Result<Duration, D::Error>
+    pub(crate) fn deserialize<'de, D>(deserializer: D) -> Result<Duration, D::Error>
     where
         D: de::Deserializer<'de>,
     {
@@ -906,17 +449,17 @@ mod duration {
     }
 }
 
+/// Helpers for the config tests, here and beside each section: a section's keys are tested as
+/// users meet them, in a file with its errors' wording.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use super::{Config, ConfigError};
 
-    const SHIPPED: &str = include_str!("../config/collector.toml");
-
-    fn parse(text: &str) -> Result<Config, ConfigError> {
+    pub(crate) fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml_str(text, "test.toml")
     }
 
-    fn parse_err(text: &str) -> String {
+    pub(crate) fn parse_err(text: &str) -> String {
         match parse(text) {
             Ok(c) => panic!("expected an error, got {c:?}"),
             Err(e) => e.to_string(),
@@ -924,7 +467,7 @@ mod tests {
     }
 
     /// The validation message for a config that differs from the default only by `edit`.
-    fn invalid(edit: impl FnOnce(&mut Config)) -> String {
+    pub(crate) fn invalid(edit: impl FnOnce(&mut Config)) -> String {
         let mut config = Config::default();
         edit(&mut config);
         match config.validate("test.toml") {
@@ -932,6 +475,14 @@ mod tests {
             Err(e) => e.to_string(),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{invalid, parse, parse_err};
+    use super::*;
+
+    const SHIPPED: &str = include_str!("../config/collector.toml");
 
     #[test]
     fn shipped_file_equals_defaults() {
@@ -1087,12 +638,6 @@ mod tests {
     }
 
     #[test]
-    fn max_request_bytes_must_be_above_zero() {
-        let msg = invalid(|c| c.receivers.otlp.max_request_bytes = 0);
-        assert!(msg.contains("receivers.otlp.max_request_bytes: must be above zero"));
-    }
-
-    #[test]
     fn listen_addresses_must_differ() {
         let msg = invalid(|c| c.receivers.otlp.http_addr = c.receivers.otlp.grpc_addr);
         assert!(
@@ -1114,216 +659,11 @@ mod tests {
     }
 
     #[test]
-    fn tls_and_auth_are_off_by_default() {
-        let otlp = Config::default().receivers.otlp;
-        assert!(!otlp.tls.is_enabled());
-        assert!(!otlp.auth.is_enabled());
-    }
-
-    #[test]
-    fn tls_and_auth_keys_parse() {
-        let c = parse(
-            r#"
-            [receivers.otlp.tls]
-            cert_file = "/etc/rsc/cert.pem"
-            key_file = "/etc/rsc/key.pem"
-            [receivers.otlp.auth]
-            tokens_file = "/etc/rsc/tokens"
-            tokens_env = "RETRY_SPEND_TOKENS"
-            "#,
-        )
-        .unwrap();
-        let otlp = &c.receivers.otlp;
-        assert!(otlp.tls.is_enabled());
-        assert_eq!(otlp.tls.cert_file, Path::new("/etc/rsc/cert.pem"));
-        assert_eq!(otlp.tls.key_file, Path::new("/etc/rsc/key.pem"));
-        assert!(otlp.auth.is_enabled());
-        assert_eq!(otlp.auth.tokens_file, Path::new("/etc/rsc/tokens"));
-        assert_eq!(otlp.auth.tokens_env, "RETRY_SPEND_TOKENS");
-    }
-
-    #[test]
-    fn either_auth_source_alone_turns_auth_on() {
-        let c = parse("[receivers.otlp.auth]\ntokens_env = \"TOKENS\"\n").unwrap();
-        assert!(c.receivers.otlp.auth.is_enabled());
-        let c = parse("[receivers.otlp.auth]\ntokens_file = \"tokens\"\n").unwrap();
-        assert!(c.receivers.otlp.auth.is_enabled());
-    }
-
-    #[test]
-    fn tls_cert_without_key_names_the_missing_key() {
-        let msg = parse_err("[receivers.otlp.tls]\ncert_file = \"cert.pem\"\n");
-        assert_eq!(
-            msg,
-            "test.toml: receivers.otlp.tls.key_file: must be set when \
-             receivers.otlp.tls.cert_file is (leave both empty to turn TLS off)"
-        );
-    }
-
-    #[test]
-    fn tls_key_without_cert_names_the_missing_key() {
-        let msg = parse_err("[receivers.otlp.tls]\nkey_file = \"key.pem\"\n");
-        assert!(
-            msg.starts_with("test.toml: receivers.otlp.tls.cert_file: must be set"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn tokens_env_must_name_a_variable() {
-        let msg = parse_err("[receivers.otlp.auth]\ntokens_env = \"TOKENS=abc\"\n");
-        assert!(
-            msg.starts_with("test.toml: receivers.otlp.auth.tokens_env: must be the name"),
-            "{msg}"
-        );
-        assert!(
-            !msg.contains("abc"),
-            "a token-like value is never echoed: {msg}"
-        );
-    }
-
-    #[test]
-    fn unknown_tls_key_is_an_error() {
-        let msg = parse_err("[receivers.otlp.tls]\ncert = \"cert.pem\"\n");
-        assert!(
-            msg.contains("receivers.otlp.tls.cert: unknown field `cert`"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn group_wait_must_be_above_zero() {
-        let msg = invalid(|c| c.processors.retry_spend.group_wait = Duration::ZERO);
-        assert!(msg.contains("processors.retry_spend.group_wait: must be above zero"));
-    }
-
-    #[test]
-    fn max_pending_requests_must_be_above_zero() {
-        let msg = invalid(|c| c.processors.retry_spend.max_pending_requests = 0);
-        assert!(msg.contains("processors.retry_spend.max_pending_requests: must be above zero"));
-    }
-
-    #[test]
-    fn finished_cache_may_be_zero() {
-        let mut c = Config::default();
-        c.processors.retry_spend.finished_cache_requests = 0;
-        c.validate("test.toml").unwrap();
-    }
-
-    #[test]
-    fn max_pricing_age_days_must_not_be_negative() {
-        let msg = invalid(|c| c.processors.retry_spend.max_pricing_age_days = -1);
-        assert!(msg.contains("processors.retry_spend.max_pricing_age_days: must not be negative"));
-        let mut c = Config::default();
-        c.processors.retry_spend.max_pricing_age_days = 0;
-        c.validate("test.toml").unwrap();
-    }
-
-    #[test]
     fn directories_must_not_be_empty() {
         let msg = invalid(|c| c.processors.retry_spend.pricing_dir = PathBuf::new());
         assert!(msg.contains("processors.retry_spend.pricing_dir: must not be empty"));
         let msg = invalid(|c| c.exporters.parquet.output_dir = PathBuf::new());
         assert!(msg.contains("exporters.parquet.output_dir: must not be empty"));
-    }
-
-    #[test]
-    fn parquet_rotation_bounds_must_be_above_zero() {
-        let msg = invalid(|c| c.exporters.parquet.max_rows_per_file = 0);
-        assert!(msg.contains("exporters.parquet.max_rows_per_file: must be above zero"));
-        let msg = invalid(|c| c.exporters.parquet.max_bytes_per_file = 0);
-        assert!(msg.contains("exporters.parquet.max_bytes_per_file: must be above zero"));
-        let msg = invalid(|c| c.exporters.parquet.max_file_age = Duration::ZERO);
-        assert!(msg.contains("exporters.parquet.max_file_age: must be above zero"));
-        let msg = invalid(|c| c.exporters.parquet.row_group_rows = 0);
-        assert!(msg.contains("exporters.parquet.row_group_rows: must be above zero"));
-    }
-
-    #[test]
-    fn forward_endpoint_must_be_an_http_url() {
-        let msg = parse_err("[exporters.otlp_forward]\nendpoint = \"https://collector:4317\"\n");
-        assert!(msg.contains("must start with http://"), "{msg}");
-        let msg = parse_err("[exporters.otlp_forward]\nendpoint = \"collector:4317\"\n");
-        assert!(
-            msg.starts_with("test.toml: exporters.otlp_forward.endpoint: must start with http://"),
-            "{msg}"
-        );
-        for ok in ["http://collector:4317", "HTTP://collector:4317"] {
-            let c = parse(&format!("[exporters.otlp_forward]\nendpoint = {ok:?}\n")).unwrap();
-            assert_eq!(c.exporters.otlp_forward.endpoint.as_deref(), Some(ok));
-        }
-    }
-
-    #[test]
-    fn empty_forward_endpoint_in_file_is_off() {
-        let c = parse("[exporters.otlp_forward]\nendpoint = \"\"\n").unwrap();
-        assert_eq!(c.exporters.otlp_forward.endpoint, None);
-    }
-
-    #[test]
-    fn forward_batch_must_stay_below_otlp_receive_limit() {
-        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_bytes = 4 * MIB);
-        assert!(
-            msg.contains(
-                "exporters.otlp_forward.max_batch_bytes: \
-                 must be below 4 MiB (the common OTLP receive limit)"
-            ),
-            "{msg}"
-        );
-        let mut c = Config::default();
-        c.exporters.otlp_forward.max_batch_bytes = 4 * MIB - 1;
-        c.validate("test.toml").unwrap();
-    }
-
-    #[test]
-    fn forward_bounds_must_be_above_zero() {
-        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_spans = 0);
-        assert!(msg.contains("exporters.otlp_forward.max_batch_spans: must be above zero"));
-        let msg = invalid(|c| c.exporters.otlp_forward.max_batch_bytes = 0);
-        assert!(msg.contains("exporters.otlp_forward.max_batch_bytes: must be above zero"));
-        let msg = invalid(|c| c.exporters.otlp_forward.queue_capacity_spans = 0);
-        assert!(msg.contains("exporters.otlp_forward.queue_capacity_spans: must be above zero"));
-        let msg = invalid(|c| c.exporters.otlp_forward.timeout = Duration::ZERO);
-        assert!(msg.contains("exporters.otlp_forward.timeout: must be above zero"));
-    }
-
-    #[test]
-    fn max_backoff_must_not_be_below_initial_backoff() {
-        let msg = invalid(|c| {
-            c.exporters.otlp_forward.initial_backoff = Duration::from_secs(2);
-            c.exporters.otlp_forward.max_backoff = Duration::from_secs(1);
-        });
-        assert!(
-            msg.contains("exporters.otlp_forward.max_backoff: must not be below"),
-            "{msg}"
-        );
-        let mut c = Config::default();
-        c.exporters.otlp_forward.max_backoff = c.exporters.otlp_forward.initial_backoff;
-        c.validate("test.toml").unwrap();
-    }
-
-    #[test]
-    fn policies_dir_defaults_to_none_and_is_read_from_the_file() {
-        assert_eq!(Config::default().processors.retry_spend.policies_dir, None);
-        let c = parse("[processors.retry_spend]\npolicies_dir = \"/etc/policies\"\n").unwrap();
-        assert_eq!(
-            c.processors.retry_spend.policies_dir.as_deref(),
-            Some(Path::new("/etc/policies"))
-        );
-        let msg = invalid(|c| c.processors.retry_spend.policies_dir = Some(PathBuf::new()));
-        assert!(
-            msg.contains("processors.retry_spend.policies_dir: must not be empty"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn an_output_with_an_unknown_scheme_is_refused_not_taken_for_a_path() {
-        for output in ["ftp://x/y", "s3:bucket/prefix", "s3:"] {
-            let msg = invalid(|c| c.exporters.parquet.output_dir = PathBuf::from(output));
-            assert!(msg.contains("exporters.parquet.output_dir: "), "{msg}");
-            assert!(msg.contains(output), "{msg}");
-        }
     }
 
     #[test]
@@ -1343,22 +683,6 @@ mod tests {
         assert_eq!(os.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert_eq!(os.allow_http, Some(true));
         assert_eq!(os.part_bytes, 8 * MIB);
-    }
-
-    #[test]
-    fn object_store_bounds_are_checked() {
-        let msg = invalid(|c| c.exporters.parquet.object_store.part_bytes = MIB);
-        assert!(
-            msg.contains("exporters.parquet.object_store.part_bytes: must be at least 5 MiB"),
-            "{msg}"
-        );
-        let msg = invalid(|c| c.exporters.parquet.instance_id = "a/b".into());
-        assert!(msg.contains("exporters.parquet.instance_id: "), "{msg}");
-        let msg = invalid(|c| c.exporters.parquet.object_store.max_staged_bytes = 0);
-        assert!(
-            msg.contains("exporters.parquet.object_store.max_staged_bytes: must be above zero"),
-            "{msg}"
-        );
     }
 
     #[test]

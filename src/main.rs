@@ -18,8 +18,7 @@ use retry_spend_collector::pricing::PricingBook;
 use retry_spend_collector::replay::{self, replay, replay_to_store, ReplayOptions};
 use retry_spend_collector::report::{self, ReportFormat, DEFAULT_TOP};
 use retry_spend_collector::rules::RulesConfig;
-use retry_spend_collector::sinks::parquet::remote::StoreOptions;
-use retry_spend_collector::sinks::parquet::{instance, Output};
+use retry_spend_collector::sinks::parquet::{instance, ObjectStoreConfig, Output};
 
 /// The collector allocates per span on its hot path; glibc's allocator spent about a tenth of
 /// its CPU in consolidation and fragmentation under load (see BENCHMARKS.md).
@@ -411,7 +410,7 @@ fn run_replay(
     files: &[PathBuf],
 ) -> anyhow::Result<ExitCode> {
     let options = ReplayOptions {
-        max_pending_bytes: usize::try_from(max_pending_bytes).unwrap_or(usize::MAX),
+        max_pending_bytes,
         ..ReplayOptions::default()
     };
     let output = Output::parse(output).context("replay --output")?;
@@ -441,7 +440,7 @@ fn run_replay(
                 files,
                 &engine,
                 remote,
-                &StoreOptions::default(),
+                &ObjectStoreConfig::default(),
                 &staging_dir,
                 options,
                 on_bad_line,
@@ -464,7 +463,7 @@ fn run_replay(
 
 fn run_report(location: &Path, top: usize, format: ReportFormat) -> anyhow::Result<ExitCode> {
     let location = Output::parse(location).context("report")?;
-    let report = report::read(&location, &StoreOptions::default())?;
+    let report = report::read(&location, &ObjectStoreConfig::default())?;
     print_stdout(|out| report::format::write(&report, top, format, out))?;
     Ok(ExitCode::SUCCESS)
 }

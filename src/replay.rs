@@ -9,13 +9,16 @@ use std::time::{Duration, Instant};
 
 use rust_decimal::Decimal;
 
-use crate::assemble::{Assembler, AssemblerOptions, Offer, Ready};
+use crate::assemble::{Assembler, Offer, Ready};
 use crate::contract::otlp_json::read_facts;
 use crate::contract::{AttributeKeys, SpanFacts};
+use crate::pipeline::RetrySpendConfig;
 use crate::pipeline::{Engine, IngestStats};
 use crate::record::{AttemptRow, Decision, SpendClass};
-use crate::sinks::parquet::remote::{self, LogObserver, StoreOptions, UploadOptions, Uploader};
-use crate::sinks::parquet::{ParquetSink, ParquetSinkError, RemoteOutput, SinkOptions};
+use crate::sinks::parquet::remote::{self, LogObserver, Uploader};
+use crate::sinks::parquet::{
+    ObjectStoreConfig, ParquetExporterConfig, ParquetSink, ParquetSinkError, RemoteOutput,
+};
 
 const WRITE_BATCH_ROWS: usize = 8192;
 /// How long a replay to an object store waits for its last uploads before giving up.
@@ -130,11 +133,12 @@ impl fmt::Display for ReplaySummary {
 /// How `replay` bounds its memory, and where rows go.
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
-    pub sink: SinkOptions,
+    /// File rotation and naming; its `output_dir` is unused (the output is an argument).
+    pub sink: ParquetExporterConfig,
     /// Estimated bytes of requests held while their spans are read (as serve's
     /// `processors.retry_spend.max_pending_bytes`). Over it the oldest pending requests are
     /// evaluated early, counted in [`ReplaySummary::evaluated_early`].
-    pub max_pending_bytes: usize,
+    pub max_pending_bytes: u64,
 }
 
 /// `replay`'s default budget: larger than `serve`'s, since a batch job's rows should be those of
@@ -145,8 +149,8 @@ pub const DEFAULT_MAX_PENDING_BYTES: usize = 256 * 1024 * 1024;
 impl Default for ReplayOptions {
     fn default() -> Self {
         ReplayOptions {
-            sink: SinkOptions::default(),
-            max_pending_bytes: DEFAULT_MAX_PENDING_BYTES,
+            sink: ParquetExporterConfig::default(),
+            max_pending_bytes: DEFAULT_MAX_PENDING_BYTES as u64,
         }
     }
 }
@@ -184,7 +188,7 @@ pub fn replay_to_store(
     inputs: &[PathBuf],
     engine: &Engine,
     output: &RemoteOutput,
-    store: &StoreOptions,
+    store: &ObjectStoreConfig,
     staging: &Path,
     options: ReplayOptions,
     on_bad_line: impl FnMut(&BadLine),
@@ -194,10 +198,9 @@ pub fn replay_to_store(
     let uploader = Uploader::start(
         client,
         output.clone(),
-        UploadOptions {
-            close_timeout: UPLOAD_TIMEOUT,
-            ..UploadOptions::default()
-        },
+        store,
+        UPLOAD_TIMEOUT,
+        None,
         Arc::new(LogObserver),
     )
     .map_err(|e| ReplayError::Store(e.to_string()))?;
@@ -220,20 +223,23 @@ pub fn replay_to_store(
 fn replay_with(
     inputs: &[PathBuf],
     engine: &Engine,
-    max_pending_bytes: usize,
+    max_pending_bytes: u64,
     open_sink: impl FnOnce() -> Result<ParquetSink, ParquetSinkError>,
     mut on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
     let mut summary = ReplaySummary::default();
     let mut stream = Stream {
         engine,
-        assembler: Assembler::new(AssemblerOptions {
-            // Only the byte budget bounds a replay: no count cap, and no time passes (`now`
-            // stays put), so nothing is evaluated because of a wait.
-            max_pending_requests: usize::MAX,
-            max_pending_bytes,
-            ..AssemblerOptions::default()
-        }),
+        assembler: Assembler::new(
+            &RetrySpendConfig {
+                // Only the byte budget bounds a replay: no count cap, and no time passes (`now`
+                // stays put), so nothing is evaluated because of a wait.
+                max_pending_requests: usize::MAX,
+                max_pending_bytes,
+                ..RetrySpendConfig::default()
+            },
+            1,
+        ),
         now: Instant::now(),
         ready: Ready::default(),
         sink: open_sink()?,

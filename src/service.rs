@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::assemble::{Assembler, AssemblerOptions};
-use crate::config::Config;
-use crate::config::FsyncMode;
+use crate::assemble::Assembler;
+use crate::config::{Config, ConfigProblem, Problems, ABOVE_ZERO};
 use crate::decisions::{self, Decider, SharedEngine};
 use crate::pipeline::{
     partition, run_log, Engine, InFlight, LogMessage, PipelineMessage, SummaryStore, Watermark,
@@ -28,12 +28,13 @@ use crate::receivers::auth::{Authenticator, Tokens};
 use crate::receivers::tls::TlsIdentity;
 use crate::receivers::{grpc, http, Intake};
 use crate::rules::RulesConfig;
-use crate::sinks::forward::{self, ForwardObserver, ForwardOptions};
+use crate::sinks::forward::ForwardObserver;
 use crate::sinks::metrics::{self, Health, Metrics};
 use crate::sinks::parquet::remote::{self, HealthObserver, Uploader};
 use crate::sinks::parquet::{instance, remove_temporary_files, written_spans, Output};
-use crate::sinks::parquet::{ParquetSink, SinkOptions};
-use crate::wal::{self, FsyncPolicy, WalOptions, WalWriter};
+use crate::sinks::parquet::{ParquetExporterConfig, ParquetSink};
+use crate::wal::config::FsyncMode;
+use crate::wal::{self, WalWriter};
 use std::collections::HashSet;
 
 use crate::contract::wire::read_export;
@@ -47,6 +48,37 @@ const PIPELINE_QUEUE: usize = 16;
 const LOG_QUEUE: usize = 4096;
 /// How often pending groups are checked against their wait and files against their age.
 const TICK: Duration = Duration::from_millis(200);
+
+/// `[service]`: the process as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// How long shutdown waits for the forward queue to drain downstream. Evaluating buffered
+    /// requests and completing Parquet files are not cut short: they always finish, so nothing
+    /// accepted is lost.
+    #[serde(deserialize_with = "crate::config::duration::deserialize")]
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ServiceConfig {
+    pub fn validate(&self) -> Result<(), Vec<ConfigProblem>> {
+        let mut problems = Problems::default();
+        problems.check(
+            !self.shutdown_timeout.is_zero(),
+            "service.shutdown_timeout",
+            ABOVE_ZERO,
+        );
+        problems.finish()
+    }
+}
 
 /// A running collector.
 pub struct Collector {
@@ -234,9 +266,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     if book.is_empty() {
         tracing::warn!(dir = %processor.pricing_dir.display(), "no pricing snapshots found: every envelope will be unknown_pricing_version");
     }
-    let rules = RulesConfig {
-        max_pricing_age_days: processor.max_pricing_age_days,
-    };
+    let rules = processor.rules();
     let policies = load_policies(processor.policies_dir.as_deref(), "load")?;
     tracing::info!(policies = policies.len(), "envelope policies loaded");
     let engine = Engine {
@@ -245,14 +275,6 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         policies,
     };
     let shards = processor.worker_count();
-    // The bounds are the process's: each shard holds its share.
-    let assembler_options = AssemblerOptions {
-        group_wait: processor.group_wait,
-        max_pending_requests: processor.max_pending_requests.div_ceil(shards),
-        finished_cache_requests: processor.finished_cache_requests.div_ceil(shards),
-        max_pending_bytes: usize::try_from(processor.max_pending_bytes / shards as u64)
-            .unwrap_or(usize::MAX),
-    };
     let parquet = &config.exporters.parquet;
     let output = Output::parse(&parquet.output_dir)?;
     // Local state: the log, and for an object store the files waiting for upload.
@@ -260,17 +282,14 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         Output::Local(dir) => config.wal.dir_for(dir),
         Output::Remote(_) => config.wal.dir.clone(),
     };
-    let sink_options = SinkOptions {
-        max_rows_per_file: parquet.max_rows_per_file,
-        max_bytes_per_file: parquet.max_bytes_per_file,
-        max_file_age: parquet.max_file_age,
-        row_group_rows: parquet.row_group_rows,
-        instance_id: match (&output, parquet.instance_id.as_str()) {
-            // Collectors sharing a prefix must never pick the same name: a random id, kept.
-            (Output::Remote(_), configured) => instance::resolve(configured, &wal_dir)?,
-            (Output::Local(_), "") => instance::process_instance_id().to_owned(),
-            (Output::Local(_), configured) => configured.to_owned(),
+    // Collectors sharing a prefix must never pick the same name: a random id, kept. (For a
+    // directory, the sink names an empty id after the host and process.)
+    let sink_config = match &output {
+        Output::Remote(_) => ParquetExporterConfig {
+            instance_id: instance::resolve(&parquet.instance_id, &wal_dir)?,
+            ..parquet.clone()
         },
+        Output::Local(_) => parquet.clone(),
     };
     let metrics = Metrics::new();
     metrics.set_label_values_cap(config.telemetry.max_label_values);
@@ -288,9 +307,9 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     };
     let mut sinks = (0..shards)
         .map(|_| match &uploader {
-            None => ParquetSink::new(&table_root, sink_options.clone()),
+            None => ParquetSink::new(&table_root, sink_config.clone()),
             Some(uploader) => {
-                ParquetSink::staging(&table_root, sink_options.clone(), Arc::clone(uploader))
+                ParquetSink::staging(&table_root, sink_config.clone(), Arc::clone(uploader))
             }
         })
         .collect::<Result<Vec<_>, _>>()
@@ -308,23 +327,15 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
 
     metrics.set_requests_pending_limit(processor.max_pending_requests as u64);
     let forward = &config.exporters.otlp_forward;
-    let forwarder = forward.endpoint.as_ref().map(|endpoint| {
-        forward::start(
-            ForwardOptions {
-                endpoint: endpoint.clone(),
-                max_batch_spans: forward.max_batch_spans,
-                max_batch_bytes: usize::try_from(forward.max_batch_bytes).unwrap_or(usize::MAX),
-                queue_capacity_spans: forward.queue_capacity_spans,
-                timeout: forward.timeout,
-                max_retries: forward.max_retries,
-                initial_backoff: forward.initial_backoff,
-                max_backoff: forward.max_backoff,
-            },
-            Arc::new(MetricsObserver(Arc::clone(&metrics))),
-        )
-        .with_context(|| format!("cannot forward to {endpoint}"))
-    });
-    let (forward_handle, forwarder) = match forwarder.transpose()? {
+    let forwarder = forward
+        .build(Arc::new(MetricsObserver(Arc::clone(&metrics))))
+        .with_context(|| {
+            format!(
+                "cannot forward to {}",
+                forward.endpoint.as_deref().unwrap_or_default()
+            )
+        })?;
+    let (forward_handle, forwarder) = match forwarder {
         Some((handle, forwarder)) => (Some(handle), Some(forwarder)),
         None => (None, None),
     };
@@ -380,18 +391,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             "replaying the write-ahead log"
         );
     }
-    let mut wal_writer = WalWriter::open(
-        WalOptions {
-            dir: wal_dir.clone(),
-            segment_bytes: config.wal.segment_bytes,
-            fsync: match config.wal.fsync {
-                FsyncMode::Always => FsyncPolicy::Always,
-                FsyncMode::Interval => FsyncPolicy::Interval(config.wal.fsync_interval),
-                FsyncMode::Off => FsyncPolicy::Off,
-            },
-        },
-        &recovery,
-    );
+    let mut wal_writer = WalWriter::open(wal_dir.clone(), &config.wal, &recovery);
     let recovered_from = recovery.records.first().map(|r| r.lsn);
     // Finished requests saved at the last checkpoint, each for the shard its trace hashes to
     // now; restored before the log is replayed. Kept with the log: off without it.
@@ -441,7 +441,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         let (sender, receiver) = mpsc::channel(PIPELINE_QUEUE);
         let mut worker = Worker::new(
             engine.clone(),
-            Assembler::new(assembler_options),
+            Assembler::new(processor, shards),
             sink,
             Arc::clone(&metrics),
             Arc::clone(&health),
@@ -511,7 +511,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             let _ = rx.wait_for(|stop| *stop).await;
         }
     };
-    let max_request_bytes = usize::try_from(otlp.max_request_bytes).unwrap_or(usize::MAX);
+    let max_request_bytes = otlp.request_limit();
     // Weak handles: the stages must end when the receivers are done, not when this is dropped.
     let shard_handles: Vec<_> = senders.iter().map(mpsc::Sender::downgrade).collect();
     drop(senders);
@@ -655,25 +655,13 @@ async fn start_uploader(
     observer: HealthObserver,
 ) -> anyhow::Result<Arc<Uploader>> {
     let settings = &config.exporters.parquet.object_store;
-    let store = remote::build_store(
-        remote,
-        &remote::StoreOptions {
-            endpoint: settings.endpoint.clone(),
-            allow_http: settings.allow_http,
-            extra: settings.options.clone(),
-        },
-    )?;
+    let store = remote::build_store(remote, settings)?;
     let uploader = Uploader::start(
         store,
         remote.clone(),
-        remote::UploadOptions {
-            part_bytes: usize::try_from(settings.part_bytes).unwrap_or(usize::MAX),
-            initial_backoff: settings.initial_backoff,
-            max_backoff: settings.max_backoff,
-            max_staged_bytes: settings.max_staged_bytes,
-            close_timeout: config.service.shutdown_timeout,
-            journal: Some(wal_dir.join(remote::JOURNAL_FILE)),
-        },
+        settings,
+        config.service.shutdown_timeout,
+        Some(wal_dir.join(remote::JOURNAL_FILE)),
         Arc::new(observer),
     )?;
     let probe = Arc::clone(&uploader);

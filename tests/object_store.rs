@@ -23,11 +23,11 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use retry_spend_collector::record::{AttemptRow, AttemptSource, Decision, SpendClass};
 use retry_spend_collector::service::start;
-use retry_spend_collector::sinks::parquet::remote::{
-    self, LogObserver, StoreOptions, UploadOptions, Uploader, MIN_PART_BYTES,
-};
+use retry_spend_collector::sinks::parquet::remote::{self, LogObserver, Uploader, MIN_PART_BYTES};
 use retry_spend_collector::sinks::parquet::schema::attempts_schema;
-use retry_spend_collector::sinks::parquet::{Output, ParquetSink, SinkOptions};
+use retry_spend_collector::sinks::parquet::{
+    ObjectStoreConfig, Output, ParquetExporterConfig, ParquetSink,
+};
 
 use common::child::{request_spans, signal, PRICING};
 use common::collector::{config, example_requests, replayed_rows, EXAMPLE};
@@ -310,27 +310,30 @@ fn a_file_larger_than_a_part_is_uploaded_in_parts() {
     };
     let store = remote::build_store(
         &output,
-        &StoreOptions {
+        &ObjectStoreConfig {
             endpoint: Some(server.endpoint()),
             allow_http: Some(true),
-            extra: server.options(),
+            options: server.options(),
+            ..ObjectStoreConfig::default()
         },
     )
     .expect("store");
     let uploader = Uploader::start(
         store,
         output,
-        UploadOptions {
-            part_bytes: MIN_PART_BYTES,
-            ..UploadOptions::default()
+        &ObjectStoreConfig {
+            part_bytes: MIN_PART_BYTES as u64,
+            ..ObjectStoreConfig::default()
         },
+        Duration::from_secs(30),
+        None,
         Arc::new(LogObserver),
     )
     .expect("uploader");
     uploader.probe().expect("the store answers");
     let staging = tempfile::tempdir().unwrap();
-    let mut sink =
-        ParquetSink::staging(staging.path(), SinkOptions::default(), uploader).expect("sink");
+    let mut sink = ParquetSink::staging(staging.path(), ParquetExporterConfig::default(), uploader)
+        .expect("sink");
     // About 12 MiB after compression: three parts of 5 MiB at most.
     let rows: Vec<AttemptRow> = (0..1500).map(|n| bulky_row(n, 16 * 1024)).collect();
     sink.write(&rows).expect("write");

@@ -9,8 +9,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use retry_spend_collector::assemble::{Assembler, AssemblerOptions, Grouper, Ready, Request};
+use retry_spend_collector::assemble::{Assembler, Grouper, Ready, Request};
 use retry_spend_collector::pipeline::span_facts;
+use retry_spend_collector::pipeline::RetrySpendConfig;
 use retry_spend_collector::pricing::{PricingBook, Snapshot};
 use retry_spend_collector::record::{AttemptRow, Decision, SpendClass};
 use retry_spend_collector::rules::{evaluate, RulesConfig};
@@ -48,12 +49,16 @@ pub fn check_request(request: &ExportTraceServiceRequest) {
     check_batch(&all_rows);
 
     // A small pending cap and finished cache exercise eviction and late-retry context too.
-    let mut assembler = Assembler::new(AssemblerOptions {
-        group_wait: Duration::from_secs(10),
-        max_pending_requests: 3,
-        finished_cache_requests: 4,
-        max_pending_bytes: 64 * 1024,
-    });
+    let mut assembler = Assembler::new(
+        &RetrySpendConfig {
+            group_wait: Duration::from_secs(10),
+            max_pending_requests: 3,
+            finished_cache_requests: 4,
+            max_pending_bytes: 64 * 1024,
+            ..RetrySpendConfig::default()
+        },
+        1,
+    );
     let now = Instant::now();
     let mut ready = Ready::default();
     for facts in span_facts(request) {

@@ -11,25 +11,29 @@ use std::time::{Duration, Instant};
 use super::plain::PlainHold;
 use super::{GroupKey, Grouper, Offer, Request, Summary};
 use crate::contract::{HttpTry, SpanFacts, SpanId, SpanKind, TraceId};
+use crate::pipeline::RetrySpendConfig;
 
+/// One assembler's share of the `[processors.retry_spend]` bounds, which are the process's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AssemblerOptions {
-    pub group_wait: Duration,
-    pub max_pending_requests: usize,
-    pub finished_cache_requests: usize,
+struct ShardBounds {
+    group_wait: Duration,
+    max_pending_requests: usize,
+    finished_cache_requests: usize,
     /// Estimated bytes of pending requests, waiting logical spans and the finished-request
     /// cache together. Over it, the finished cache gives up its oldest entries first (down to a
     /// quarter of the budget), then the oldest pending requests are evaluated early.
-    pub max_pending_bytes: usize,
+    max_pending_bytes: usize,
 }
 
-impl Default for AssemblerOptions {
-    fn default() -> Self {
-        AssemblerOptions {
-            group_wait: Duration::from_secs(10),
-            max_pending_requests: 100_000,
-            finished_cache_requests: 50_000,
-            max_pending_bytes: 32 * 1024 * 1024,
+impl ShardBounds {
+    fn of(config: &RetrySpendConfig, shards: usize) -> ShardBounds {
+        let shards = shards.max(1);
+        ShardBounds {
+            group_wait: config.group_wait,
+            max_pending_requests: config.max_pending_requests.div_ceil(shards),
+            finished_cache_requests: config.finished_cache_requests.div_ceil(shards),
+            max_pending_bytes: usize::try_from(config.max_pending_bytes / shards as u64)
+                .unwrap_or(usize::MAX),
         }
     }
 }
@@ -50,7 +54,7 @@ pub struct Assembler {
     grouper: Grouper,
     /// Plain GenAI spans and HTTP tries waiting for inference.
     plain: PlainHold,
-    options: AssemblerOptions,
+    options: ShardBounds,
     /// Deadline order of pending groups; the sequence number breaks ties and finds the entry.
     deadlines: BTreeMap<(Instant, u64), GroupKey>,
     deadline_of: HashMap<GroupKey, (Instant, u64)>,
@@ -60,7 +64,10 @@ pub struct Assembler {
 }
 
 impl Assembler {
-    pub fn new(options: AssemblerOptions) -> Assembler {
+    /// The assembler of one of `shards` pipeline shards, each holding its share of `config`'s
+    /// bounds.
+    pub fn new(config: &RetrySpendConfig, shards: usize) -> Assembler {
+        let options = ShardBounds::of(config, shards);
         Assembler {
             grouper: Grouper::with_finished_capacity(options.finished_cache_requests),
             plain: PlainHold::new(

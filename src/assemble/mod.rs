@@ -11,7 +11,7 @@ mod plain;
 pub mod summary;
 
 pub use infer::{infer, PlainSpans};
-pub use live::{Assembler, AssemblerOptions, Ready};
+pub use live::{Assembler, Ready};
 pub use summary::{ContextSpan, Summary};
 
 use std::collections::VecDeque;

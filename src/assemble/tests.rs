@@ -54,7 +54,7 @@ fn two_hundred_thousand_attempts_of_one_request_are_grouped_in_linear_time() {
 #[test]
 fn two_hundred_thousand_attempts_of_one_request_are_assembled_live_in_linear_time() {
     let export = one_request_of(HOSTILE_ATTEMPTS);
-    let mut assembler = Assembler::new(AssemblerOptions::default());
+    let mut assembler = Assembler::new(&crate::pipeline::RetrySpendConfig::default(), 1);
     let mut ready = Ready::default();
     let now = Instant::now();
     for facts in span_facts(&export) {

@@ -12,6 +12,7 @@
 //! JSON [`http`]. A decision is evaluated on the task that received it, never through the trace
 //! pipeline's queues, so a burst of exports cannot hold it up.
 
+pub mod config;
 pub mod grpc;
 pub mod http;
 mod json;
@@ -24,10 +25,10 @@ use std::sync::{Arc, RwLock};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 
-use crate::config::DecisionsConfig;
 use crate::pipeline::Engine;
 use crate::record::{envelope_source, AttemptRow, Decision};
 use crate::sinks::metrics::Metrics;
+pub use config::DecisionsConfig;
 
 /// The generated messages and client of `proto/retry_spend/v1/decisions.proto`.
 pub mod proto {

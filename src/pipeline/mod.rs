@@ -5,12 +5,14 @@
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
+pub mod config;
 mod log;
 mod shard;
 mod summaries;
 mod watermark;
 mod worker;
 
+pub use config::{ProcessorsConfig, RetrySpendConfig};
 pub use log::{run as run_log, Append, InFlight, LogMessage, Permit, WAL_COMPONENT};
 pub use shard::{partition, regroup, shard_of, ExportPart, RawSpan, RawSpans};
 pub use summaries::SummaryStore;

@@ -15,7 +15,7 @@ use http::HeaderValue;
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
-use crate::config::AuthConfig;
+use super::config::AuthConfig;
 
 /// What a refused client is told; deliberately the same for a missing and a wrong token.
 pub const REFUSAL_MESSAGE: &str = "missing or invalid bearer token";

@@ -7,9 +7,12 @@
 //! anything is decoded.
 
 pub mod auth;
+pub mod config;
 pub mod grpc;
 pub mod http;
 pub mod tls;
+
+pub use config::{AuthConfig, OtlpReceiverConfig, ReceiversConfig, TlsConfig};
 
 use std::fmt;
 use std::sync::Arc;

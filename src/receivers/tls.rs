@@ -25,7 +25,7 @@ use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::TlsConfig;
+use super::config::TlsConfig;
 
 /// A client that connects but never finishes its handshake is dropped after this long.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -20,8 +20,9 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::reader::ChunkReader;
 
 use super::{Report, ReportRow};
-use crate::sinks::parquet::remote::{self, StoreOptions};
+use crate::sinks::parquet::remote;
 use crate::sinks::parquet::schema::{self, attempts_schema};
+use crate::sinks::parquet::ObjectStoreConfig;
 use crate::sinks::parquet::{scaled_i128_to_decimal, Output, RemoteOutput, TABLE_DIR};
 
 const PARQUET_SUFFIX: &str = ".parquet";
@@ -64,7 +65,7 @@ pub enum ReportError {
 }
 
 /// Reads every attempts file under `location` into a [`Report`].
-pub fn read(location: &Output, store: &StoreOptions) -> Result<Report, ReportError> {
+pub fn read(location: &Output, store: &ObjectStoreConfig) -> Result<Report, ReportError> {
     let mut report = Report::default();
     match location {
         Output::Local(dir) => {
@@ -140,7 +141,7 @@ fn local_files(location: &Path) -> Result<Vec<PathBuf>, ReportError> {
 
 fn read_remote(
     remote: &RemoteOutput,
-    options: &StoreOptions,
+    options: &ObjectStoreConfig,
     report: &mut Report,
 ) -> Result<(), ReportError> {
     let store =

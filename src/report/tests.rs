@@ -9,8 +9,7 @@ use rust_decimal::Decimal;
 use super::format::{write, ReportFormat};
 use super::*;
 use crate::record::{AttemptRow, AttemptSource};
-use crate::sinks::parquet::remote::StoreOptions;
-use crate::sinks::parquet::{Output, ParquetSink, SinkOptions};
+use crate::sinks::parquet::{ObjectStoreConfig, Output, ParquetExporterConfig, ParquetSink};
 
 /// 2026-08-25T12:00:00Z.
 const AUG_25: i64 = 1_787_659_200_000_000_000;
@@ -437,7 +436,7 @@ fn attempt_row(request: &str, index: i32, event_time: i64, estimate: &str) -> At
 }
 
 fn write_rows(output: &std::path::Path, rows: &[AttemptRow]) {
-    let mut sink = ParquetSink::new(output, SinkOptions::default()).expect("sink");
+    let mut sink = ParquetSink::new(output, ParquetExporterConfig::default()).expect("sink");
     sink.write(rows).expect("write");
     sink.close().expect("close");
 }
@@ -445,7 +444,7 @@ fn write_rows(output: &std::path::Path, rows: &[AttemptRow]) {
 fn read_local(location: &std::path::Path) -> Result<Report, ReportError> {
     read(
         &Output::Local(location.to_path_buf()),
-        &StoreOptions::default(),
+        &ObjectStoreConfig::default(),
     )
 }
 

@@ -7,11 +7,14 @@
 //! segments are replayed through the engine. A torn or corrupt tail record (a crash mid-append)
 //! is detected by its CRC, reported and truncated; the records before it survive.
 
+pub mod config;
 mod segment;
 mod writer;
 
 pub use segment::{read_segment, SegmentRead, RECORD_HEADER_BYTES};
 pub use writer::WalWriter;
+
+pub use config::{FsyncMode, WalConfig};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -28,14 +31,6 @@ pub enum FsyncPolicy {
     Interval(Duration),
     /// Never explicitly: the OS decides. Fastest; an OS crash can lose much more.
     Off,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WalOptions {
-    pub dir: PathBuf,
-    /// A segment is sealed and a new one started once it reaches this size.
-    pub segment_bytes: u64,
-    pub fsync: FsyncPolicy,
 }
 
 /// One accepted export request, as logged.

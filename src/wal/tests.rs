@@ -3,17 +3,18 @@ use std::io::Write;
 use super::segment::parse_segment;
 use super::*;
 
-fn options(dir: &Path, segment_bytes: u64) -> WalOptions {
-    WalOptions {
-        dir: dir.to_path_buf(),
+fn open(dir: &Path, segment_bytes: u64, recovery: &Recovery) -> WalWriter {
+    let config = WalConfig {
         segment_bytes,
-        fsync: FsyncPolicy::Always,
-    }
+        fsync: FsyncMode::Always,
+        ..WalConfig::default()
+    };
+    WalWriter::open(dir.to_path_buf(), &config, recovery)
 }
 
 fn write_records(dir: &Path, payloads: &[&[u8]], segment_bytes: u64) {
     let recovery = recover(dir).unwrap();
-    let mut writer = WalWriter::open(options(dir, segment_bytes), &recovery);
+    let mut writer = open(dir, segment_bytes, &recovery);
     for payload in payloads {
         writer.append(&[payload]).unwrap();
     }
@@ -52,7 +53,7 @@ fn records_survive_a_restart_in_order() {
 fn a_batch_shares_one_append_and_gets_consecutive_lsns() {
     let dir = tempfile::tempdir().unwrap();
     let recovery = recover(dir.path()).unwrap();
-    let mut writer = WalWriter::open(options(dir.path(), 1 << 20), &recovery);
+    let mut writer = open(dir.path(), 1 << 20, &recovery);
     assert_eq!(writer.append(&[b"a", b"b", b"c"]).unwrap(), 1);
     assert_eq!(writer.append(&[b"d"]).unwrap(), 4);
     drop(writer);
@@ -130,7 +131,7 @@ fn torn_header_is_detected() {
 fn segments_rotate_and_are_released_once_written() {
     let dir = tempfile::tempdir().unwrap();
     let recovery = recover(dir.path()).unwrap();
-    let mut writer = WalWriter::open(options(dir.path(), 50), &recovery);
+    let mut writer = open(dir.path(), 50, &recovery);
     for _ in 0..6 {
         writer.append(&[&[7u8; 40]]).unwrap();
     }

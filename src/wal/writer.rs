@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::segment::encode_record;
-use super::{segment_path, FsyncPolicy, Recovery, WalError, WalOptions};
+use super::{segment_path, FsyncPolicy, Recovery, WalConfig, WalError};
 
 struct Sealed {
     path: PathBuf,
@@ -17,7 +17,10 @@ struct Sealed {
 }
 
 pub struct WalWriter {
-    options: WalOptions,
+    dir: PathBuf,
+    /// A segment is sealed and a new one started once it reaches this size.
+    segment_bytes: u64,
+    fsync: FsyncPolicy,
     current: Option<Current>,
     sealed: VecDeque<Sealed>,
     next_lsn: u64,
@@ -33,9 +36,9 @@ struct Current {
 }
 
 impl WalWriter {
-    /// Continues after `recovery`: its segments stay (sealed) until released; new records go to
-    /// a new segment.
-    pub fn open(options: WalOptions, recovery: &Recovery) -> WalWriter {
+    /// Continues after `recovery` (of `dir`, where `config.dir` resolves to): its segments stay
+    /// (sealed) until released; new records go to a new segment.
+    pub fn open(dir: PathBuf, config: &WalConfig, recovery: &Recovery) -> WalWriter {
         let sealed = recovery
             .segments
             .iter()
@@ -45,7 +48,9 @@ impl WalWriter {
             })
             .collect();
         WalWriter {
-            options,
+            dir,
+            segment_bytes: config.segment_bytes,
+            fsync: config.fsync_policy(),
             current: None,
             sealed,
             next_lsn: recovery.next_lsn.max(1),
@@ -55,7 +60,7 @@ impl WalWriter {
     }
 
     pub fn dir(&self) -> &std::path::Path {
-        &self.options.dir
+        &self.dir
     }
 
     /// Appends `payloads` as consecutive records and returns the LSN of the first. On error
@@ -67,10 +72,10 @@ impl WalWriter {
             encode_record(&mut self.buffer, first_lsn + i as u64, payload);
         }
         self.ensure_current()?;
-        let fsync = self.options.fsync;
+        let fsync = self.fsync;
         let Some(current) = self.current.as_mut() else {
             return Err(WalError::io(
-                &self.options.dir,
+                &self.dir,
                 std::io::Error::other("no current segment"),
             ));
         };
@@ -107,7 +112,7 @@ impl WalWriter {
         if !payloads.is_empty() {
             current.last_lsn = Some(first_lsn + payloads.len() as u64 - 1);
         }
-        let full = current.bytes >= self.options.segment_bytes;
+        let full = current.bytes >= self.segment_bytes;
         self.next_lsn += payloads.len() as u64;
         if fsync != FsyncPolicy::Always {
             self.unsynced_since.get_or_insert_with(Instant::now);
@@ -120,7 +125,7 @@ impl WalWriter {
 
     /// For the `interval` policy: fsyncs when the oldest unsynced append is old enough.
     pub fn sync_if_due(&mut self, now: Instant) -> Result<(), WalError> {
-        let FsyncPolicy::Interval(interval) = self.options.fsync else {
+        let FsyncPolicy::Interval(interval) = self.fsync else {
             return Ok(());
         };
         if self
@@ -159,7 +164,7 @@ impl WalWriter {
             }
         }
         if released > 0 {
-            sync_dir(&self.options.dir);
+            sync_dir(&self.dir);
         }
         released
     }
@@ -188,7 +193,7 @@ impl WalWriter {
 
     fn ensure_current(&mut self) -> Result<(), WalError> {
         if self.current.is_none() {
-            let dir = &self.options.dir;
+            let dir = &self.dir;
             std::fs::create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
             let path = segment_path(dir, self.next_lsn);
             let file = OpenOptions::new()

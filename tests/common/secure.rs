@@ -17,7 +17,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::Trac
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_sdk::trace::SpanExporter as _;
 use opentelemetry_sdk::Resource;
-use retry_spend_collector::config::{AuthConfig, TlsConfig};
+use retry_spend_collector::receivers::{AuthConfig, TlsConfig};
 use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};

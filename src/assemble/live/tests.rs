@@ -6,18 +6,19 @@ use crate::record::AttemptSource;
 
 const WAIT: Duration = Duration::from_secs(10);
 
-fn options(max_pending: usize) -> AssemblerOptions {
-    AssemblerOptions {
+fn options(max_pending: usize) -> RetrySpendConfig {
+    RetrySpendConfig {
         group_wait: WAIT,
         max_pending_requests: max_pending,
         finished_cache_requests: 100,
-        max_pending_bytes: usize::MAX,
+        max_pending_bytes: u64::MAX,
+        ..RetrySpendConfig::default()
     }
 }
 
-fn budget(bytes: usize) -> AssemblerOptions {
-    AssemblerOptions {
-        max_pending_bytes: bytes,
+fn budget(bytes: usize) -> RetrySpendConfig {
+    RetrySpendConfig {
+        max_pending_bytes: bytes as u64,
         ..options(1_000)
     }
 }
@@ -67,7 +68,7 @@ fn logical(trace: u8, count: u32) -> SpanFacts {
 
 #[test]
 fn group_is_ready_as_soon_as_attempt_count_attempts_arrived() {
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     a.offer(logical(1, 2), t, &mut ready);
@@ -82,7 +83,7 @@ fn group_is_ready_as_soon_as_attempt_count_attempts_arrived() {
 
 #[test]
 fn logical_span_arriving_last_completes_the_group() {
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     a.offer(attempt(1, 1), t, &mut ready);
@@ -93,7 +94,7 @@ fn logical_span_arriving_last_completes_the_group() {
 
 #[test]
 fn group_waits_group_wait_since_its_latest_span() {
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     a.offer(attempt(1, 1), t, &mut ready);
@@ -111,7 +112,7 @@ fn group_waits_group_wait_since_its_latest_span() {
 
 #[test]
 fn pending_cap_evaluates_the_oldest_early() {
-    let mut a = Assembler::new(options(2));
+    let mut a = Assembler::new(&options(2), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     for trace in 1..=3u8 {
@@ -131,7 +132,7 @@ fn pending_cap_evaluates_the_oldest_early() {
 fn byte_budget_evaluates_the_oldest_early_and_keeps_within_it() {
     let one = attempt(1, 1).retained_bytes();
     // Room for a few groups, not for ten.
-    let mut a = Assembler::new(budget(one * 6));
+    let mut a = Assembler::new(&budget(one * 6), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     for trace in 1..=10u8 {
@@ -151,7 +152,7 @@ fn byte_budget_evaluates_the_oldest_early_and_keeps_within_it() {
 #[test]
 fn byte_budget_forgets_finished_requests_before_evaluating_pending_ones_early() {
     let one = attempt(1, 1).retained_bytes();
-    let mut a = Assembler::new(budget(one * 8));
+    let mut a = Assembler::new(&budget(one * 8), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     for trace in 1..=6u8 {
@@ -171,7 +172,7 @@ fn byte_budget_forgets_finished_requests_before_evaluating_pending_ones_early() 
 
 #[test]
 fn late_retry_comes_with_the_attempts_already_evaluated() {
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     a.offer(logical(1, 2), t, &mut ready);
@@ -200,7 +201,7 @@ fn late_retry_comes_with_the_attempts_already_evaluated() {
 
 #[test]
 fn resent_spans_are_duplicates_before_and_after_evaluation() {
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     a.offer(attempt(1, 1), t, &mut ready);
@@ -215,7 +216,7 @@ fn resent_spans_are_duplicates_before_and_after_evaluation() {
 
 #[test]
 fn logical_span_without_attempts_is_let_go_after_the_wait() {
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     a.offer(logical(1, 2), t, &mut ready);
@@ -226,7 +227,7 @@ fn logical_span_without_attempts_is_let_go_after_the_wait() {
 
 #[test]
 fn drain_all_returns_every_pending_group() {
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     a.offer(attempt(1, 1), t, &mut ready);
@@ -256,7 +257,7 @@ fn http_try(trace: u8, span_id: u8, parent: u8) -> SpanFacts {
 
 #[test]
 fn failed_siblings_wait_group_wait_then_become_one_sibling_retry_request() {
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     assert_eq!(a.offer(plain(1, 1, true), t, &mut ready), Offer::Plain);
@@ -277,7 +278,7 @@ fn failed_siblings_wait_group_wait_then_become_one_sibling_retry_request() {
 
 #[test]
 fn http_tries_keep_their_genai_span_waiting_and_become_its_attempts() {
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     a.offer(plain(1, 1, false), t, &mut ready);
@@ -300,7 +301,7 @@ fn http_tries_keep_their_genai_span_waiting_and_become_its_attempts() {
 /// no parent, or one seen before, is held by nobody and must not pin the log.
 #[test]
 fn only_http_tries_held_for_a_parent_are_held() {
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     let t = Instant::now();
     let mut ready = Ready::default();
     let mut orphan = http_try(1, 10, 1);
@@ -321,9 +322,9 @@ fn only_http_tries_held_for_a_parent_are_held() {
 }
 
 /// The finished cache of `a`, saved and read back into a new assembler (a restart).
-fn restarted(a: &Assembler, options: AssemblerOptions) -> Assembler {
+fn restarted(a: &Assembler, options: RetrySpendConfig) -> Assembler {
     let saved = crate::assemble::summary::decode(&a.encode_finished().to_vec()).unwrap();
-    let mut b = Assembler::new(options);
+    let mut b = Assembler::new(&options, 1);
     b.restore(saved);
     b
 }
@@ -353,7 +354,7 @@ fn late_retry(a: &mut Assembler, trace: u8, t: Instant) -> Request {
 #[test]
 fn late_retry_after_a_restart_comes_with_the_same_earlier_attempts() {
     let t = Instant::now();
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     two_attempts_finished(&mut a, 1, t);
     let mut b = restarted(&a, options(10));
     let after = late_retry(&mut b, 1, t);
@@ -365,7 +366,7 @@ fn late_retry_after_a_restart_comes_with_the_same_earlier_attempts() {
 #[test]
 fn restored_attempts_are_duplicates_unless_the_log_replays_them_unwritten() {
     let t = Instant::now();
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     two_attempts_finished(&mut a, 1, t);
     let mut b = restarted(&a, options(10));
     let mut ready = Ready::default();
@@ -389,7 +390,7 @@ fn restored_attempts_are_duplicates_unless_the_log_replays_them_unwritten() {
 #[test]
 fn restoring_keeps_within_the_byte_budget_forgetting_the_oldest() {
     let t = Instant::now();
-    let mut a = Assembler::new(options(10));
+    let mut a = Assembler::new(&options(10), 1);
     for trace in 1..=4u8 {
         two_attempts_finished(&mut a, trace, t);
     }

@@ -17,27 +17,38 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
-use super::batch::{span_count, Batch, Limits};
-use super::{ForwardError, ForwardObserver, ForwardOptions};
+use crate::config::join_problems;
 
-/// Starts the forward: validates `options`, spawns the export task on the current tokio runtime
+use super::batch::{span_count, Batch, Limits};
+use super::{ForwardError, ForwardObserver, OtlpForwardConfig};
+
+/// Starts the forward to `config.endpoint`: validates `config`, spawns the export task on the current tokio runtime
 /// (so call it from within one) and returns the handle intake sends through, and the forwarder
 /// that shuts it down.
 ///
 /// The connection is made lazily, on the first export: a downstream that is not up yet costs
 /// retries and counted failures, never a collector that refuses to start.
 pub fn start(
-    options: ForwardOptions,
+    config: &OtlpForwardConfig,
     observer: Arc<dyn ForwardObserver>,
 ) -> Result<(ForwardHandle, Forwarder), ForwardError> {
-    options.validate()?;
-    let client = TraceServiceClient::new(channel(&options)?)
+    let endpoint = config.endpoint.as_deref().unwrap_or_default();
+    if endpoint.trim().is_empty() {
+        return Err(ForwardError::InvalidConfig(
+            "exporters.otlp_forward.endpoint: must be set".to_owned(),
+        ));
+    }
+    let uri = uri(endpoint)?;
+    config
+        .validate()
+        .map_err(|problems| ForwardError::InvalidConfig(join_problems(&problems)))?;
+    let client = TraceServiceClient::new(channel(endpoint, uri, config.timeout)?)
         .send_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Gzip);
     let queue = Arc::new(Queue {
         state: Mutex::default(),
         ready: Notify::new(),
-        capacity: options.queue_capacity_spans,
+        capacity: config.queue_capacity_spans,
         observer: Arc::clone(&observer),
     });
     let (stop, stop_requested) = watch::channel(false);
@@ -45,16 +56,16 @@ pub fn start(
         queue: Arc::clone(&queue),
         carry: None,
         limits: Limits {
-            spans: options.max_batch_spans,
-            bytes: options.max_batch_bytes,
+            spans: config.max_batch_spans,
+            bytes: usize::try_from(config.max_batch_bytes).unwrap_or(usize::MAX),
         },
         stop: stop_requested,
         export: Export {
             client,
             observer,
-            max_retries: options.max_retries,
-            initial_backoff: options.initial_backoff,
-            max_backoff: options.max_backoff,
+            max_retries: config.max_retries,
+            initial_backoff: config.initial_backoff,
+            max_backoff: config.max_backoff,
         },
     };
     let task = tokio::spawn(task.run());
@@ -69,23 +80,28 @@ pub fn start(
     Ok((handle, forwarder))
 }
 
-fn channel(options: &ForwardOptions) -> Result<Channel, ForwardError> {
-    let endpoint = options.endpoint.trim();
-    let uri = if endpoint.contains("://") {
-        endpoint.to_owned()
+/// The URI of `endpoint`, which may be a bare `host:port`; only `http://` is supported.
+fn uri(endpoint: &str) -> Result<String, ForwardError> {
+    let trimmed = endpoint.trim();
+    let uri = if trimmed.contains("://") {
+        trimmed.to_owned()
     } else {
-        format!("http://{endpoint}")
+        format!("http://{trimmed}")
     };
     if !uri.to_ascii_lowercase().starts_with("http://") {
-        return Err(ForwardError::UnsupportedScheme(options.endpoint.clone()));
+        return Err(ForwardError::UnsupportedScheme(endpoint.to_owned()));
     }
-    let endpoint = Endpoint::from_shared(uri).map_err(|source| ForwardError::Endpoint {
-        endpoint: options.endpoint.clone(),
+    Ok(uri)
+}
+
+fn channel(endpoint: &str, uri: String, timeout: Duration) -> Result<Channel, ForwardError> {
+    let channel = Endpoint::from_shared(uri).map_err(|source| ForwardError::Endpoint {
+        endpoint: endpoint.to_owned(),
         source,
     })?;
-    Ok(endpoint
-        .timeout(options.timeout)
-        .connect_timeout(options.timeout)
+    Ok(channel
+        .timeout(timeout)
+        .connect_timeout(timeout)
         .tcp_nodelay(true)
         .connect_lazy())
 }

@@ -22,7 +22,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic::{Code, Request, Response, Status};
 
-use super::{attr, enrich, start, ForwardError, ForwardObserver, ForwardOptions};
+use super::{attr, enrich, start, ForwardError, ForwardObserver, OtlpForwardConfig};
 use crate::contract::{self, kv};
 use crate::record::{AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation};
 
@@ -205,45 +205,49 @@ fn enriching_twice_is_the_same_as_once() {
 
 #[test]
 fn options_that_could_never_send_are_rejected() {
-    let valid = ForwardOptions {
-        endpoint: "http://127.0.0.1:4317".into(),
+    let valid = OtlpForwardConfig {
+        endpoint: Some("http://127.0.0.1:4317".into()),
         ..Default::default()
     };
     assert!(valid.validate().is_ok());
+    assert!(matches!(
+        start(&OtlpForwardConfig::default(), Arc::new(())),
+        Err(ForwardError::InvalidConfig(_))
+    ));
     for invalid in [
-        ForwardOptions::default(),
-        ForwardOptions {
+        OtlpForwardConfig {
             max_batch_spans: 0,
             ..valid.clone()
         },
-        ForwardOptions {
+        OtlpForwardConfig {
             max_batch_bytes: 0,
             ..valid.clone()
         },
-        ForwardOptions {
+        OtlpForwardConfig {
             queue_capacity_spans: 0,
             ..valid.clone()
         },
-        ForwardOptions {
+        OtlpForwardConfig {
             timeout: Duration::ZERO,
             ..valid.clone()
         },
     ] {
+        assert!(invalid.validate().is_err());
         assert!(matches!(
-            invalid.validate(),
-            Err(ForwardError::InvalidOptions(_))
+            start(&invalid, Arc::new(())),
+            Err(ForwardError::InvalidConfig(_))
         ));
     }
 }
 
 #[test]
 fn a_tls_endpoint_is_refused_at_start() {
-    let options = ForwardOptions {
-        endpoint: "https://collector.example:4317".into(),
+    let options = OtlpForwardConfig {
+        endpoint: Some("https://collector.example:4317".into()),
         ..Default::default()
     };
     assert!(matches!(
-        start(options, Arc::new(())),
+        start(&options, Arc::new(())),
         Err(ForwardError::UnsupportedScheme(_))
     ));
 }
@@ -391,9 +395,9 @@ async fn downstream(script: Vec<Answer>, gate: Option<Arc<Semaphore>>) -> Fake {
 
 /// Options for tests: retries back off for a millisecond only, and a call that waits on a gate
 /// never times out first.
-fn options(fake: &Fake) -> ForwardOptions {
-    ForwardOptions {
-        endpoint: fake.endpoint.clone(),
+fn options(fake: &Fake) -> OtlpForwardConfig {
+    OtlpForwardConfig {
+        endpoint: Some(fake.endpoint.clone()),
         timeout: Duration::from_secs(3600),
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(1),
@@ -441,7 +445,7 @@ fn span_counts(calls: &[Call]) -> Vec<usize> {
 async fn every_span_arrives_once_with_its_attributes() {
     let mut fake = downstream(Vec::new(), None).await;
     let counts = Counts::new();
-    let (handle, forwarder) = start(options(&fake), counts.clone()).expect("start");
+    let (handle, forwarder) = start(&options(&fake), counts.clone()).expect("start");
 
     let mut expected = HashMap::new();
     for first in [0u8, 10, 20] {
@@ -486,11 +490,11 @@ async fn every_span_arrives_once_with_its_attributes() {
 async fn requests_hold_at_most_max_batch_spans() {
     let mut fake = downstream(Vec::new(), None).await;
     let counts = Counts::new();
-    let options = ForwardOptions {
+    let options = OtlpForwardConfig {
         max_batch_spans: 4,
         ..options(&fake)
     };
-    let (handle, forwarder) = start(options, counts.clone()).expect("start");
+    let (handle, forwarder) = start(&options, counts.clone()).expect("start");
 
     handle.send(vec![resource_spans(1..=10)]);
     counts.until(|t| t.sent == 10).await;
@@ -509,7 +513,7 @@ async fn unavailable_twice_then_ok_is_delivered() {
     ];
     let mut fake = downstream(script, None).await;
     let counts = Counts::new();
-    let (handle, forwarder) = start(options(&fake), counts.clone()).expect("start");
+    let (handle, forwarder) = start(&options(&fake), counts.clone()).expect("start");
 
     handle.send(vec![resource_spans(1..=5)]);
     counts.until(|t| t.sent == 5).await;
@@ -525,11 +529,11 @@ async fn retries_stop_at_max_retries() {
     let script = (0..10).map(|_| Answer::Fail(Code::Unavailable)).collect();
     let mut fake = downstream(script, None).await;
     let counts = Counts::new();
-    let options = ForwardOptions {
+    let options = OtlpForwardConfig {
         max_retries: 2,
         ..options(&fake)
     };
-    let (handle, forwarder) = start(options, counts.clone()).expect("start");
+    let (handle, forwarder) = start(&options, counts.clone()).expect("start");
 
     handle.send(vec![resource_spans(1..=5)]);
     counts.until(|t| t.failed == 5).await;
@@ -543,7 +547,7 @@ async fn retries_stop_at_max_retries() {
 async fn a_non_retryable_error_fails_at_once() {
     let mut fake = downstream(vec![Answer::Fail(Code::InvalidArgument)], None).await;
     let counts = Counts::new();
-    let (handle, forwarder) = start(options(&fake), counts.clone()).expect("start");
+    let (handle, forwarder) = start(&options(&fake), counts.clone()).expect("start");
 
     handle.send(vec![resource_spans(1..=5)]);
     counts.until(|t| t.failed == 5).await;
@@ -559,7 +563,7 @@ async fn a_non_retryable_error_fails_at_once() {
 async fn spans_the_downstream_rejects_count_as_failed() {
     let mut fake = downstream(vec![Answer::RejectSpans(2)], None).await;
     let counts = Counts::new();
-    let (handle, forwarder) = start(options(&fake), counts.clone()).expect("start");
+    let (handle, forwarder) = start(&options(&fake), counts.clone()).expect("start");
 
     handle.send(vec![resource_spans(1..=5)]);
     counts.until(|t| t.sent + t.failed == 5).await;
@@ -581,11 +585,11 @@ async fn a_full_queue_drops_and_counts_without_waiting() {
     let gate = Arc::new(Semaphore::new(0));
     let mut fake = downstream(Vec::new(), Some(Arc::clone(&gate))).await;
     let counts = Counts::new();
-    let options = ForwardOptions {
+    let options = OtlpForwardConfig {
         queue_capacity_spans: 5,
         ..options(&fake)
     };
-    let (handle, forwarder) = start(options, counts.clone()).expect("start");
+    let (handle, forwarder) = start(&options, counts.clone()).expect("start");
 
     // The task takes span 1 and is held in its export, so the queue fills from here on.
     handle.send(vec![resource_spans([1])]);
@@ -615,11 +619,11 @@ async fn shutdown_sends_what_is_queued() {
     let gate = Arc::new(Semaphore::new(0));
     let mut fake = downstream(Vec::new(), Some(Arc::clone(&gate))).await;
     let counts = Counts::new();
-    let options = ForwardOptions {
+    let options = OtlpForwardConfig {
         max_batch_spans: 3,
         ..options(&fake)
     };
-    let (handle, forwarder) = start(options, counts.clone()).expect("start");
+    let (handle, forwarder) = start(&options, counts.clone()).expect("start");
 
     handle.send(vec![resource_spans([1])]);
     fake.arrived.recv().await.expect("first export arrives");
@@ -655,7 +659,7 @@ async fn shutdown_counts_what_the_deadline_cuts_off_as_failed() {
     let gate = Arc::new(Semaphore::new(0));
     let mut fake = downstream(Vec::new(), Some(gate)).await;
     let counts = Counts::new();
-    let (handle, forwarder) = start(options(&fake), counts.clone()).expect("start");
+    let (handle, forwarder) = start(&options(&fake), counts.clone()).expect("start");
 
     handle.send(vec![resource_spans([1])]);
     fake.arrived.recv().await.expect("first export arrives");

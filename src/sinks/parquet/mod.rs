@@ -6,6 +6,7 @@
 //! reader listing a partition never sees a half file.
 
 mod batch;
+pub mod config;
 pub mod instance;
 pub mod output;
 pub mod remote;
@@ -20,16 +21,18 @@ use std::path::PathBuf;
 pub use batch::{decimal_to_scaled_i128, rows_to_batch, scaled_i128_to_decimal};
 mod written;
 
+pub use config::{ObjectStoreConfig, ParquetExporterConfig};
 pub use output::{Output, OutputError, RemoteOutput};
-pub use sink::{LsnRange, ParquetSink, SinkOptions, SinkStats, TABLE_DIR, WAL_LSN_KEY};
+pub use sink::{LsnRange, ParquetSink, SinkStats, TABLE_DIR, WAL_LSN_KEY};
 pub use written::{remove_temporary_files, written_spans};
 
 /// Everything that can go wrong writing the `attempts` table. Each I/O case names the path, so
 /// the operator knows which directory or disk to look at.
 #[derive(Debug, thiserror::Error)]
 pub enum ParquetSinkError {
-    #[error("invalid parquet sink options: {0}")]
-    InvalidOptions(&'static str),
+    /// `key: problem`, `; `-separated.
+    #[error("invalid parquet sink config: {0}")]
+    InvalidConfig(String),
     #[error("cannot create {}: {source}", path.display())]
     Create { path: PathBuf, source: io::Error },
     #[error("cannot write {}: {source}", path.display())]

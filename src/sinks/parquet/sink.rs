@@ -9,7 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use arrow_array::RecordBatch;
 use chrono::NaiveDate;
@@ -19,11 +19,13 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use super::batch::batch_from_refs;
+use super::config::ParquetExporterConfig;
 use super::instance;
 use super::remote::upload::relative_key;
 use super::remote::{Staged, Uploader};
 use super::schema::{attempts_schema, HIGH_CARDINALITY_COLUMNS};
 use super::ParquetSinkError;
+use crate::config::join_problems;
 use crate::record::AttemptRow;
 
 /// The table's directory under the output directory.
@@ -42,61 +44,6 @@ const NAME_ATTEMPTS: u32 = 64;
 
 /// Bytes of one column's data (or dictionary) page before it is compressed and set aside.
 const DATA_PAGE_BYTES: usize = 64 * 1024;
-
-/// When a file is complete. Whichever bound is reached first wins.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SinkOptions {
-    /// Rows per file; a file is completed as soon as it holds this many.
-    pub max_rows_per_file: usize,
-    /// Approximate bytes per file, judged by the writer's estimate of what it has encoded so far.
-    pub max_bytes_per_file: u64,
-    /// How long a file may stay open, so quiet partitions still reach finance promptly. Enforced
-    /// by [`ParquetSink::rotate_expired`].
-    pub max_file_age: Duration,
-    /// Rows per row group: the unit a reader skips by statistics and the writer holds in memory.
-    pub row_group_rows: usize,
-    /// Part of every file name, so that collectors sharing an output never pick the same name.
-    pub instance_id: String,
-}
-
-impl Default for SinkOptions {
-    fn default() -> Self {
-        Self {
-            max_rows_per_file: 262_144,
-            max_bytes_per_file: 128 * 1024 * 1024,
-            max_file_age: Duration::from_secs(60),
-            row_group_rows: 65_536,
-            instance_id: instance::process_instance_id().to_owned(),
-        }
-    }
-}
-
-impl SinkOptions {
-    /// Rejects bounds that would make every write complete a file, or make the writer panic.
-    pub fn validate(&self) -> Result<(), ParquetSinkError> {
-        if self.max_rows_per_file == 0 {
-            return Err(ParquetSinkError::InvalidOptions(
-                "max_rows_per_file must be at least 1",
-            ));
-        }
-        if self.max_bytes_per_file == 0 {
-            return Err(ParquetSinkError::InvalidOptions(
-                "max_bytes_per_file must be at least 1",
-            ));
-        }
-        if self.row_group_rows == 0 {
-            return Err(ParquetSinkError::InvalidOptions(
-                "row_group_rows must be at least 1",
-            ));
-        }
-        if instance::validate(&self.instance_id).is_err() {
-            return Err(ParquetSinkError::InvalidOptions(
-                "instance_id must be 1 to 64 ASCII letters, digits, '-' or '_'",
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Counters for the metrics layer. Rows count as written only once their file is renamed into
 /// place (or, for an object store, uploaded): that is the moment finance can read them.
@@ -123,7 +70,10 @@ pub struct SinkStats {
 /// rows count as open and its log records in [`oldest_open_lsn`](Self::oldest_open_lsn).
 pub struct ParquetSink {
     table_dir: PathBuf,
-    options: SinkOptions,
+    /// When a file is complete: whichever of its bounds is reached first.
+    config: ParquetExporterConfig,
+    /// Part of every file name, so that collectors sharing an output never pick the same name.
+    instance_id: String,
     properties: WriterProperties,
     open: BTreeMap<NaiveDate, OpenFile>,
     stats: SinkStats,
@@ -189,18 +139,27 @@ impl OpenFile {
 
 impl ParquetSink {
     /// Prepares `<output_dir>/attempts`, creating it if needed. No file is opened until rows
-    /// arrive.
+    /// arrive. `output_dir` is where files go, not `config.output_dir`: `serve` resolves that
+    /// to a directory (for an object store, its staging directory). An empty
+    /// `config.instance_id` names files after this host and process.
     pub fn new(
         output_dir: impl Into<PathBuf>,
-        options: SinkOptions,
+        config: ParquetExporterConfig,
     ) -> Result<Self, ParquetSinkError> {
-        options.validate()?;
+        config
+            .validate()
+            .map_err(|problems| ParquetSinkError::InvalidConfig(join_problems(&problems)))?;
+        let instance_id = match config.instance_id.as_str() {
+            "" => instance::process_instance_id().to_owned(),
+            configured => configured.to_owned(),
+        };
         let table_dir = output_dir.into().join(TABLE_DIR);
         create_dir(&table_dir)?;
         Ok(Self {
-            properties: writer_properties(&options),
+            properties: writer_properties(&config),
             table_dir,
-            options,
+            config,
+            instance_id,
             open: BTreeMap::new(),
             stats: SinkStats::default(),
             upload: None,
@@ -212,11 +171,11 @@ impl ParquetSink {
     /// `uploader`, which puts it at the same path below the output's prefix.
     pub fn staging(
         staging_dir: impl Into<PathBuf>,
-        options: SinkOptions,
+        config: ParquetExporterConfig,
         uploader: Arc<Uploader>,
     ) -> Result<Self, ParquetSinkError> {
         let root = staging_dir.into();
-        let mut sink = Self::new(&root, options)?;
+        let mut sink = Self::new(&root, config)?;
         sink.upload = Some(SinkUpload {
             uploader,
             staged: Arc::default(),
@@ -323,7 +282,7 @@ impl ParquetSink {
     /// Completes every file opened at least `max_file_age` before `now`. The caller owns the
     /// clock, which keeps this testable and lets it run on the pipeline's own tick.
     pub fn rotate_expired(&mut self, now: Instant) -> Result<Vec<PathBuf>, ParquetSinkError> {
-        let max_age = self.options.max_file_age;
+        let max_age = self.config.max_file_age;
         let expired: Vec<NaiveDate> = self
             .open
             .iter()
@@ -367,8 +326,8 @@ impl ParquetSink {
         wal: Option<LsnRange>,
         completed: &mut Vec<PathBuf>,
     ) -> Result<(), ParquetSinkError> {
-        let max_rows = self.options.max_rows_per_file;
-        let max_bytes = self.options.max_bytes_per_file;
+        let max_rows = self.config.max_rows_per_file;
+        let max_bytes = self.config.max_bytes_per_file;
         let mut offset = 0;
         while offset < batch.num_rows() {
             let file = match self.open.entry(date) {
@@ -376,7 +335,7 @@ impl ParquetSink {
                 Entry::Vacant(entry) => entry.insert(create_file(
                     &self.table_dir,
                     &self.properties,
-                    &self.options.instance_id,
+                    &self.instance_id,
                     date,
                 )?),
             };
@@ -680,13 +639,13 @@ fn unique_file_name(instance_id: &str) -> String {
     format!("part-{instance_id}-{unix_ms}-{sequence:06}.{PARQUET_EXTENSION}")
 }
 
-fn writer_properties(options: &SinkOptions) -> WriterProperties {
+fn writer_properties(config: &ParquetExporterConfig) -> WriterProperties {
     // Dictionary encoding is on by default, which suits the low-cardinality columns (models,
     // decision, spend_class, billing_group…); ids are unique per row, so it is switched off there.
     let mut builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_dictionary_enabled(true)
-        .set_max_row_group_row_count(Some(options.row_group_rows))
+        .set_max_row_group_row_count(Some(config.row_group_rows))
         // Each column buffers its current page uncompressed: 45 columns of 1 MiB pages (the
         // default) would hold tens of MiB per open file.
         .set_data_page_size_limit(DATA_PAGE_BYTES)

@@ -17,7 +17,7 @@ use parquet::file::metadata::ParquetMetaData;
 use rust_decimal::Decimal;
 
 use super::schema::{self, attempts_schema};
-use super::{rows_to_batch, ParquetSink, ParquetSinkError, SinkOptions};
+use super::{rows_to_batch, ParquetExporterConfig, ParquetSink, ParquetSinkError};
 use crate::record::{AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation};
 
 const NANOS_PER_SECOND: i64 = 1_000_000_000;
@@ -133,11 +133,11 @@ fn unaudited_first_at(event_time: i64) -> AttemptRow {
     }
 }
 
-fn small_files(max_rows_per_file: usize) -> SinkOptions {
-    SinkOptions {
+fn small_files(max_rows_per_file: usize) -> ParquetExporterConfig {
+    ParquetExporterConfig {
         max_rows_per_file,
         row_group_rows: 2,
-        ..SinkOptions::default()
+        ..ParquetExporterConfig::default()
     }
 }
 
@@ -250,7 +250,7 @@ fn schema_has_every_spec_column_in_row_order() {
 #[test]
 fn every_value_round_trips_through_a_file() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut sink = ParquetSink::new(dir.path(), SinkOptions::default()).expect("sink");
+    let mut sink = ParquetSink::new(dir.path(), ParquetExporterConfig::default()).expect("sink");
     let rows = [
         unaudited_first_at(MARCH_14_NOON),
         retry_at(MARCH_14_NOON + 5 * NANOS_PER_SECOND, 2),
@@ -419,7 +419,7 @@ fn money_too_large_for_the_column_is_written_as_null() {
 #[test]
 fn rows_of_two_dates_land_in_two_partitions() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut sink = ParquetSink::new(dir.path(), SinkOptions::default()).expect("sink");
+    let mut sink = ParquetSink::new(dir.path(), ParquetExporterConfig::default()).expect("sink");
     sink.write(&[
         retry_at(MARCH_14_NOON, 1),
         retry_at(MARCH_14_NOON + ONE_DAY, 1),
@@ -492,9 +492,9 @@ fn rotation_by_rows_splits_files_and_keeps_every_row() {
 #[test]
 fn rotation_by_bytes_completes_a_file_per_write() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = SinkOptions {
+    let options = ParquetExporterConfig {
         max_bytes_per_file: 1,
-        ..SinkOptions::default()
+        ..ParquetExporterConfig::default()
     };
     let mut sink = ParquetSink::new(dir.path(), options).expect("sink");
     let first = sink.write(&[retry_at(MARCH_14_NOON, 1)]).expect("write");
@@ -507,7 +507,7 @@ fn rotation_by_bytes_completes_a_file_per_write() {
 #[test]
 fn files_older_than_max_age_are_completed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut sink = ParquetSink::new(dir.path(), SinkOptions::default()).expect("sink");
+    let mut sink = ParquetSink::new(dir.path(), ParquetExporterConfig::default()).expect("sink");
     sink.write(&[retry_at(MARCH_14_NOON, 1)]).expect("write");
 
     let now = Instant::now();
@@ -524,7 +524,7 @@ fn files_older_than_max_age_are_completed() {
 #[test]
 fn files_are_zstd_with_dictionaries_for_repeated_values() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut sink = ParquetSink::new(dir.path(), SinkOptions::default()).expect("sink");
+    let mut sink = ParquetSink::new(dir.path(), ParquetExporterConfig::default()).expect("sink");
     sink.write(&[retry_at(MARCH_14_NOON, 1), retry_at(MARCH_14_NOON, 2)])
         .expect("write");
     let files = sink.close().expect("close");
@@ -556,7 +556,7 @@ fn files_are_zstd_with_dictionaries_for_repeated_values() {
 #[test]
 fn open_files_stay_hidden_until_close_and_no_temp_remains() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut sink = ParquetSink::new(dir.path(), SinkOptions::default()).expect("sink");
+    let mut sink = ParquetSink::new(dir.path(), ParquetExporterConfig::default()).expect("sink");
     sink.write(&[retry_at(MARCH_14_NOON, 1)]).expect("write");
 
     let while_open = files_under(dir.path());
@@ -572,7 +572,7 @@ fn open_files_stay_hidden_until_close_and_no_temp_remains() {
 #[test]
 fn dropping_without_close_leaves_no_visible_file() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut sink = ParquetSink::new(dir.path(), SinkOptions::default()).expect("sink");
+    let mut sink = ParquetSink::new(dir.path(), ParquetExporterConfig::default()).expect("sink");
     sink.write(&[retry_at(MARCH_14_NOON, 1)]).expect("write");
     drop(sink);
     assert!(files_under(dir.path()).iter().all(|f| is_temp(f)));
@@ -584,7 +584,7 @@ fn unwritable_output_dir_is_named_in_the_error() {
     let not_a_dir = dir.path().join("plain-file");
     fs::write(&not_a_dir, b"").expect("create plain file");
 
-    let Err(error) = ParquetSink::new(&not_a_dir, SinkOptions::default()) else {
+    let Err(error) = ParquetSink::new(&not_a_dir, ParquetExporterConfig::default()) else {
         panic!("a file cannot hold the attempts table");
     };
     assert!(matches!(error, ParquetSinkError::Create { .. }));
@@ -598,18 +598,18 @@ fn zero_bounds_are_rejected() {
     let dir = tempfile::tempdir().expect("tempdir");
     for options in [
         small_files(0),
-        SinkOptions {
+        ParquetExporterConfig {
             row_group_rows: 0,
-            ..SinkOptions::default()
+            ..ParquetExporterConfig::default()
         },
-        SinkOptions {
+        ParquetExporterConfig {
             max_bytes_per_file: 0,
-            ..SinkOptions::default()
+            ..ParquetExporterConfig::default()
         },
     ] {
         assert!(matches!(
             ParquetSink::new(dir.path(), options),
-            Err(ParquetSinkError::InvalidOptions(_))
+            Err(ParquetSinkError::InvalidConfig(_))
         ));
     }
 }

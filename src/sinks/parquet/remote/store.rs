@@ -12,19 +12,8 @@ use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, RetryConfig};
 
+use crate::sinks::parquet::config::ObjectStoreConfig;
 use crate::sinks::parquet::output::{RemoteOutput, StoreKind};
-
-/// Settings on top of the environment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StoreOptions {
-    /// An S3-compatible endpoint (MinIO, Ceph, R2…), a GCS base URL or an Azure endpoint.
-    pub endpoint: Option<String>,
-    /// Allows `http://` endpoints; `None` leaves it to the environment (`AWS_ALLOW_HTTP`).
-    pub allow_http: Option<bool>,
-    /// Further client settings by their `object_store` names (`aws_access_key_id`, …), applied
-    /// last: for embedding and tests, which cannot change the process environment.
-    pub extra: BTreeMap<String, String>,
-}
 
 /// How long one request may take: a 16 MiB part on a slow link, not a stalled connection.
 const REQUEST_TIMEOUT: &str = "120s";
@@ -47,7 +36,7 @@ pub enum StoreError {
 /// A client for `remote`. Nothing is sent yet: see [`super::Uploader::probe`].
 pub fn build(
     remote: &RemoteOutput,
-    options: &StoreOptions,
+    config: &ObjectStoreConfig,
 ) -> Result<Arc<dyn ObjectStore>, StoreError> {
     let output = remote.to_string();
     let build_error = |source| StoreError::Build {
@@ -71,7 +60,7 @@ pub fn build(
     ]
     .into_iter()
     .chain(
-        options
+        config
             .allow_http
             .map(|allow| (ClientConfigKey::AllowHttp, allow.to_string())),
     );
@@ -90,10 +79,10 @@ pub fn build(
             for (key, value) in client {
                 builder = builder.with_config(AmazonS3ConfigKey::Client(key), value);
             }
-            if let Some(endpoint) = &options.endpoint {
+            if let Some(endpoint) = &config.endpoint {
                 builder = builder.with_endpoint(endpoint);
             }
-            for (key, value) in &options.extra {
+            for (key, value) in &config.options {
                 builder = builder.with_config(key.parse().map_err(|_| setting(key))?, value);
             }
             Arc::new(builder.build().map_err(build_error)?)
@@ -105,10 +94,10 @@ pub fn build(
             for (key, value) in client {
                 builder = builder.with_config(GoogleConfigKey::Client(key), value);
             }
-            if let Some(endpoint) = &options.endpoint {
+            if let Some(endpoint) = &config.endpoint {
                 builder = builder.with_base_url(endpoint);
             }
-            for (key, value) in &options.extra {
+            for (key, value) in &config.options {
                 builder = builder.with_config(key.parse().map_err(|_| setting(key))?, value);
             }
             Arc::new(builder.build().map_err(build_error)?)
@@ -120,10 +109,10 @@ pub fn build(
             for (key, value) in client {
                 builder = builder.with_config(AzureConfigKey::Client(key), value);
             }
-            if let Some(endpoint) = &options.endpoint {
+            if let Some(endpoint) = &config.endpoint {
                 builder = builder.with_endpoint(endpoint.clone());
             }
-            for (key, value) in &options.extra {
+            for (key, value) in &config.options {
                 builder = builder.with_config(key.parse().map_err(|_| setting(key))?, value);
             }
             Arc::new(builder.build().map_err(build_error)?)

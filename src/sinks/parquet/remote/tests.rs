@@ -18,10 +18,10 @@ use object_store::{
 };
 
 use super::journal::{Journal, JOURNAL_FILE};
-use super::{UploadObserver, UploadOptions, Uploader};
+use super::{UploadObserver, Uploader};
 use crate::sinks::parquet::output::{Output, RemoteOutput};
 use crate::sinks::parquet::tests::retry_at;
-use crate::sinks::parquet::{LsnRange, ParquetSink, SinkOptions};
+use crate::sinks::parquet::{LsnRange, ObjectStoreConfig, ParquetExporterConfig, ParquetSink};
 
 /// 2025-03-14T12:00:00Z.
 const MARCH_14_NOON: i64 = 1_741_953_600_000_000_000;
@@ -148,13 +148,14 @@ fn setup(max_staged_bytes: u64) -> Setup {
     let uploader = Uploader::start(
         Arc::clone(&store) as Arc<dyn ObjectStore>,
         remote,
-        UploadOptions {
+        &ObjectStoreConfig {
             initial_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(5),
             max_staged_bytes,
-            journal: Some(state.path().join(JOURNAL_FILE)),
-            ..UploadOptions::default()
+            ..ObjectStoreConfig::default()
         },
+        Duration::from_secs(30),
+        Some(state.path().join(JOURNAL_FILE)),
         Arc::new(Events(Mutex::new(sender))),
     )
     .expect("uploader");
@@ -169,7 +170,7 @@ fn setup(max_staged_bytes: u64) -> Setup {
 fn staging_sink(setup: &Setup) -> ParquetSink {
     ParquetSink::staging(
         setup.state.path().join("staging"),
-        SinkOptions::default(),
+        ParquetExporterConfig::default(),
         Arc::clone(&setup.uploader),
     )
     .expect("sink")
@@ -306,8 +307,11 @@ fn recovery_reads_back_only_recorded_objects_the_log_still_holds() {
 fn files_left_staged_by_an_earlier_run_are_uploaded_and_pinned_meanwhile() {
     let setup = setup(u64::MAX);
     // An earlier run's completed file, written by a plain sink into the same staging root.
-    let mut earlier =
-        ParquetSink::new(setup.state.path().join("staging"), SinkOptions::default()).expect("sink");
+    let mut earlier = ParquetSink::new(
+        setup.state.path().join("staging"),
+        ParquetExporterConfig::default(),
+    )
+    .expect("sink");
     earlier
         .write_from_wal(
             &[retry_at(MARCH_14_NOON, 1)],

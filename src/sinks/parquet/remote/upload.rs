@@ -22,40 +22,13 @@ use tokio::sync::mpsc;
 
 use super::journal::{Entry, Journal};
 use crate::contract::{SpanId, TraceId};
+use crate::sinks::parquet::config::ObjectStoreConfig;
 use crate::sinks::parquet::output::RemoteOutput;
 use crate::sinks::parquet::written::spans_in;
 use crate::sinks::parquet::LsnRange;
 
 /// S3's smallest part (but the last).
 pub const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UploadOptions {
-    /// Files up to this size go in one PUT; larger ones in parts of this size.
-    pub part_bytes: usize,
-    pub initial_backoff: Duration,
-    pub max_backoff: Duration,
-    /// Bytes staged and not yet uploaded above which the observer is told the backlog is full
-    /// (`serve` then refuses exports until uploads catch up).
-    pub max_staged_bytes: u64,
-    /// How long a closing sink waits for its files to be uploaded.
-    pub close_timeout: Duration,
-    /// Where uploaded objects are recorded for crash recovery; `None` (replay) records nothing.
-    pub journal: Option<PathBuf>,
-}
-
-impl Default for UploadOptions {
-    fn default() -> Self {
-        UploadOptions {
-            part_bytes: 16 * 1024 * 1024,
-            initial_backoff: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(30),
-            max_staged_bytes: 1024 * 1024 * 1024,
-            close_timeout: Duration::from_secs(30),
-            journal: None,
-        }
-    }
-}
 
 /// What the uploader tells the rest of the process: `serve` turns it into health and refusals,
 /// `replay` into log lines.
@@ -220,7 +193,10 @@ struct Backlog {
 struct Shared {
     store: Arc<dyn ObjectStore>,
     remote: RemoteOutput,
-    options: UploadOptions,
+    /// Part size, backoff and the staged-bytes budget.
+    config: ObjectStoreConfig,
+    /// How long a closing sink waits for its files to be uploaded.
+    close_timeout: Duration,
     journal: Option<Journal>,
     observer: Arc<dyn UploadObserver>,
     backlog: Mutex<Backlog>,
@@ -239,10 +215,15 @@ pub struct Uploader {
 }
 
 impl Uploader {
+    /// Starts uploading to `remote` as `config` says. A closing sink waits up to
+    /// `close_timeout` for its files; uploaded objects are recorded in `journal` for crash
+    /// recovery (`None`, as `replay` does: nothing is recorded).
     pub fn start(
         store: Arc<dyn ObjectStore>,
         remote: RemoteOutput,
-        options: UploadOptions,
+        config: &ObjectStoreConfig,
+        close_timeout: Duration,
+        journal: Option<PathBuf>,
         observer: Arc<dyn UploadObserver>,
     ) -> Result<Arc<Uploader>, UploadError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -254,8 +235,9 @@ impl Uploader {
         let shared = Arc::new(Shared {
             store,
             remote,
-            journal: options.journal.clone().map(Journal::new),
-            options,
+            journal: journal.map(Journal::new),
+            config: config.clone(),
+            close_timeout,
             observer,
             backlog: Mutex::default(),
             last_problem: Mutex::default(),
@@ -276,7 +258,7 @@ impl Uploader {
     }
 
     pub fn close_timeout(&self) -> Duration {
-        self.shared.options.close_timeout
+        self.shared.close_timeout
     }
 
     /// The most recent upload failure, for error messages.
@@ -410,12 +392,17 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// `part_bytes` as a buffer length.
+    fn part_bytes(&self) -> usize {
+        usize::try_from(self.config.part_bytes).unwrap_or(usize::MAX)
+    }
+
     /// Adds to (or takes from) the backlog and tells the observer when it crosses the budget.
     fn backlog_changed(&self, bytes: i128, files: i64) {
         let mut backlog = lock(&self.backlog);
         backlog.bytes = u64::try_from((backlog.bytes as i128 + bytes).max(0)).unwrap_or(u64::MAX);
         backlog.files = backlog.files.saturating_add_signed(files);
-        let full = backlog.bytes > self.options.max_staged_bytes;
+        let full = backlog.bytes > self.config.max_staged_bytes;
         if full != backlog.full {
             backlog.full = full;
             let problem = format!(
@@ -423,7 +410,7 @@ impl Shared {
                 backlog.files,
                 backlog.bytes,
                 self.remote,
-                self.options.max_staged_bytes,
+                self.config.max_staged_bytes,
                 match lock(&self.last_problem).as_deref() {
                     Some(last) => format!("; last failure: {last}"),
                     None => String::new(),
@@ -438,7 +425,7 @@ impl Shared {
             path: job.local.clone(),
             source,
         };
-        if job.bytes <= self.options.part_bytes as u64 {
+        if job.bytes <= self.config.part_bytes {
             let data = std::fs::read(&job.local).map_err(read_error)?;
             self.store
                 .put(&job.key, PutPayload::from(Bytes::from(data)))
@@ -448,7 +435,7 @@ impl Shared {
             let mut upload = self.store.put_multipart(&job.key).await?;
             let sent = async {
                 loop {
-                    let part = read_part(&mut file, self.options.part_bytes).map_err(read_error)?;
+                    let part = read_part(&mut file, self.part_bytes()).map_err(read_error)?;
                     if part.is_empty() {
                         break;
                     }
@@ -505,7 +492,7 @@ fn read_part(file: &mut File, limit: usize) -> std::io::Result<Vec<u8>> {
 
 async fn run(shared: Arc<Shared>, mut jobs: mpsc::UnboundedReceiver<Job>) {
     while let Some(job) = jobs.recv().await {
-        let mut backoff = shared.options.initial_backoff;
+        let mut backoff = shared.config.initial_backoff;
         while let Err(error) = shared.upload(&job).await {
             let waiting = lock(&shared.backlog).files;
             let problem = format!(
@@ -516,7 +503,7 @@ async fn run(shared: Arc<Shared>, mut jobs: mpsc::UnboundedReceiver<Job>) {
             *lock(&shared.last_problem) = Some(error.to_string());
             shared.observer.failed(&problem);
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(shared.options.max_backoff);
+            backoff = (backoff * 2).min(shared.config.max_backoff);
         }
         shared.finish(job);
     }
