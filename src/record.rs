@@ -60,6 +60,60 @@ pub struct AttemptRow {
     pub envelope_source: Option<String>,
 }
 
+#[cfg(test)]
+impl AttemptRow {
+    /// An audited first attempt with every nullable column null: tests set what they look at
+    /// (`AttemptRow { decision, ..AttemptRow::blank() }`).
+    pub(crate) fn blank() -> AttemptRow {
+        AttemptRow {
+            event_time: 0,
+            end_time: 0,
+            trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
+            span_id: "b7ad6b7169203300".into(),
+            request_id: "req-42".into(),
+            service_name: "checkout-assistant".into(),
+            task_type: None,
+            billing_group: None,
+            provider: None,
+            attempt_index: 0,
+            original_model: None,
+            retry_model: None,
+            response_model: None,
+            original_family: None,
+            retry_family: None,
+            input_tokens: None,
+            cached_input_tokens: None,
+            output_tokens: None,
+            output_cap: None,
+            planned_attempt_usd: None,
+            actual_attempt_usd: None,
+            estimated_incremental_usd: None,
+            cumulative_incremental_usd: None,
+            remaining_envelope_usd: None,
+            max_incremental_usd: None,
+            group_ratio: None,
+            sdk_estimated_incremental_usd: None,
+            sdk_remaining_envelope_usd: None,
+            max_attempts_after_first: None,
+            pricing_version: None,
+            pricing_source: None,
+            pricing_digest: None,
+            pricing_checked_at: None,
+            spend_class: SpendClass::Base,
+            decision: Decision::FirstAttempt,
+            decision_reason: String::new(),
+            audited: true,
+            unaudited_reason: None,
+            error_type: None,
+            sdk_decision_reason: None,
+            violations: Vec::new(),
+            output_reached_client: None,
+            attempt_source: AttemptSource::Declared,
+            envelope_source: None,
+        }
+    }
+}
+
 /// The values of the `envelope_source` column.
 pub mod envelope_source {
     /// The request's own spans carry the envelope.

@@ -8,7 +8,7 @@ use rust_decimal::Decimal;
 
 use super::format::{write, ReportFormat};
 use super::*;
-use crate::record::{AttemptRow, AttemptSource};
+use crate::record::AttemptRow;
 use crate::sinks::parquet::{ObjectStoreConfig, Output, ParquetExporterConfig, ParquetSink};
 
 /// 2026-08-25T12:00:00Z.
@@ -390,48 +390,15 @@ fn attempt_row(request: &str, index: i32, event_time: i64, estimate: &str) -> At
     AttemptRow {
         event_time,
         end_time: event_time + 1,
-        trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
         span_id: format!("b7ad6b71692033{index:02}"),
         request_id: row.request_id,
         service_name: row.service_name,
         task_type: row.task_type,
-        billing_group: None,
-        provider: None,
         attempt_index: index,
-        original_model: None,
-        retry_model: None,
-        response_model: None,
-        original_family: None,
-        retry_family: None,
-        input_tokens: None,
-        cached_input_tokens: None,
-        output_tokens: None,
-        output_cap: None,
-        planned_attempt_usd: None,
-        actual_attempt_usd: None,
         estimated_incremental_usd: row.estimated_incremental_usd,
-        cumulative_incremental_usd: None,
-        remaining_envelope_usd: None,
-        max_incremental_usd: None,
-        group_ratio: None,
-        sdk_estimated_incremental_usd: None,
-        sdk_remaining_envelope_usd: None,
-        max_attempts_after_first: None,
-        pricing_version: None,
-        pricing_source: None,
-        pricing_digest: None,
-        pricing_checked_at: None,
         spend_class: SpendClass::Retry,
         decision: Decision::OverEnvelope,
-        decision_reason: String::new(),
-        audited: true,
-        unaudited_reason: None,
-        error_type: None,
-        sdk_decision_reason: None,
-        violations: Vec::new(),
-        output_reached_client: None,
-        attempt_source: AttemptSource::Declared,
-        envelope_source: None,
+        ..AttemptRow::blank()
     }
 }
 

@@ -6,7 +6,7 @@ use rust_decimal::Decimal;
 
 use super::names::{self, Kind};
 use super::{router, serve, Health, Metrics};
-use crate::record::{AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation};
+use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
 
 fn usd(text: &str) -> Decimal {
     Decimal::from_str(text).expect("test decimal parses")
@@ -17,48 +17,14 @@ fn attempt(attempt_index: i32, decision: Decision, spend_class: SpendClass) -> A
     AttemptRow {
         event_time: 1_741_953_600_000_000_000,
         end_time: 1_741_953_602_000_000_000,
-        trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
         span_id: format!("b7ad6b71692033{attempt_index:02}"),
-        request_id: "req-42".into(),
-        service_name: "checkout-assistant".into(),
         task_type: Some("summarize".into()),
         billing_group: Some("team-a".into()),
-        provider: None,
         attempt_index,
-        original_model: None,
-        retry_model: None,
-        response_model: None,
-        original_family: None,
-        retry_family: None,
-        input_tokens: None,
-        cached_input_tokens: None,
-        output_tokens: None,
-        output_cap: None,
-        planned_attempt_usd: None,
-        actual_attempt_usd: None,
-        estimated_incremental_usd: None,
-        cumulative_incremental_usd: None,
-        remaining_envelope_usd: None,
-        max_incremental_usd: None,
-        group_ratio: None,
-        sdk_estimated_incremental_usd: None,
-        sdk_remaining_envelope_usd: None,
-        max_attempts_after_first: None,
-        pricing_version: None,
-        pricing_source: None,
-        pricing_digest: None,
-        pricing_checked_at: None,
         spend_class,
         decision,
-        decision_reason: String::new(),
-        audited: true,
-        unaudited_reason: None,
-        error_type: None,
-        sdk_decision_reason: None,
-        violations: Vec::new(),
-        output_reached_client: None,
-        attempt_source: AttemptSource::Declared,
         envelope_source: Some("span".into()),
+        ..AttemptRow::blank()
     }
 }
 
