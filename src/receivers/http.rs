@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 
 use super::auth::{self, Authenticator};
 use super::tls::TlsIdentity;
-use super::{Intake, Refusal as IntakeRefusal, Transport};
+use super::{Refusal as ConsumerRefusal, TracesConsumer, Transport};
 
 pub const TRACES_PATH: &str = "/v1/traces";
 const PROTOBUF: &str = "application/x-protobuf";
@@ -26,8 +26,8 @@ const JSON: &str = "application/json";
 const RETRY_AFTER_SECONDS: &str = "5";
 
 #[derive(Clone)]
-struct HttpState {
-    intake: Intake,
+struct HttpState<C> {
+    consumer: C,
     max_request_bytes: usize,
     auth: Option<Arc<Authenticator>>,
 }
@@ -105,18 +105,19 @@ impl Refusal {
     }
 }
 
-/// The receiver's routes; with `auth`, every export must carry an accepted bearer token.
-pub fn router(
-    intake: Intake,
+/// The receiver's routes, handing exports to `consumer`; with `auth`, every export must carry
+/// an accepted bearer token.
+pub fn router<C: TracesConsumer>(
+    consumer: C,
     max_request_bytes: usize,
     auth: Option<Arc<Authenticator>>,
 ) -> Router {
     Router::new()
-        .route(TRACES_PATH, post(export))
+        .route(TRACES_PATH, post(export::<C>))
         // The limit is enforced below, on the decoded size too; axum's own default is lower.
         .layer(DefaultBodyLimit::disable())
         .with_state(HttpState {
-            intake,
+            consumer,
             max_request_bytes,
             auth,
         })
@@ -144,8 +145,12 @@ pub async fn serve(
         .await
 }
 
-async fn export(State(state): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let metrics = state.intake.metrics();
+async fn export<C: TracesConsumer>(
+    State(state): State<HttpState<C>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let metrics = state.consumer.metrics();
     // Before the body is read or decoded: an unauthenticated caller costs nothing more.
     if let Some(auth) = &state.auth {
         if !auth.accepts(headers.get(header::AUTHORIZATION)) {
@@ -165,7 +170,7 @@ async fn export(State(state): State<HttpState>, headers: HeaderMap, body: Body) 
             return refusal.into_response(None);
         }
     };
-    if let Some(early) = state.intake.refuse_early() {
+    if let Some(early) = state.consumer.refuse_early() {
         metrics.export_request("http", early.outcome());
         return refusal_of(early).into_response(Some(encoding));
     }
@@ -208,8 +213,8 @@ fn content_encoding_of(headers: &HeaderMap) -> Result<Encoding, Refusal> {
     }
 }
 
-async fn accept(
-    state: &HttpState,
+async fn accept<C: TracesConsumer>(
+    state: &HttpState<C>,
     headers: &HeaderMap,
     body: Body,
     encoding: Encoding,
@@ -257,22 +262,22 @@ async fn accept(
         }
     };
     let export = state
-        .intake
+        .consumer
         .read(&bytes)
         .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid", e.to_string()))?;
     state
-        .intake
-        .submit(bytes, export, Transport::Http)
+        .consumer
+        .consume(bytes, export, Transport::Http)
         .await
         .map_err(refusal_of)
 }
 
 /// The HTTP answer to a refused export: 429 when busy, 503 when storage or the collector is
 /// unavailable; both with `Retry-After`, both retried by OTLP clients.
-fn refusal_of(refusal: IntakeRefusal) -> Refusal {
+fn refusal_of(refusal: ConsumerRefusal) -> Refusal {
     let status = match refusal {
-        IntakeRefusal::Busy => StatusCode::TOO_MANY_REQUESTS,
-        IntakeRefusal::Storage(_) | IntakeRefusal::Closed => StatusCode::SERVICE_UNAVAILABLE,
+        ConsumerRefusal::Busy => StatusCode::TOO_MANY_REQUESTS,
+        ConsumerRefusal::Storage(_) | ConsumerRefusal::Closed => StatusCode::SERVICE_UNAVAILABLE,
     };
     Refusal::new(status, refusal.outcome(), refusal.to_string())
 }
