@@ -84,3 +84,131 @@ impl TracesConsumer for DiscardConsumer {
         &self.metrics
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+
+    use super::*;
+
+    /// An encoded export request of `spans` spans in one trace.
+    pub(crate) fn export_of(spans: u8) -> Bytes {
+        let spans = (1..=spans)
+            .map(|i| Span {
+                trace_id: vec![7; 16],
+                span_id: vec![i; 8],
+                name: format!("span {i}"),
+                ..Span::default()
+            })
+            .collect();
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..ScopeSpans::default()
+                }],
+                ..ResourceSpans::default()
+            }],
+        };
+        Bytes::from(request.encode_to_vec())
+    }
+
+    /// A consumer answering as the test says, counting the spans it took.
+    #[derive(Clone)]
+    pub(crate) struct Scripted {
+        pub early: Option<Refusal>,
+        pub answer: Result<(), Refusal>,
+        pub consumed: Arc<AtomicU64>,
+        pub metrics: Arc<Metrics>,
+    }
+
+    impl Scripted {
+        pub(crate) fn answering(answer: Result<(), Refusal>) -> Scripted {
+            Scripted {
+                early: None,
+                answer,
+                consumed: Arc::default(),
+                metrics: Metrics::new(),
+            }
+        }
+
+        pub(crate) fn consumed(&self) -> u64 {
+            self.consumed.load(Ordering::Relaxed)
+        }
+    }
+
+    impl TracesConsumer for Scripted {
+        fn refuse_early(&self) -> Option<Refusal> {
+            self.early.clone()
+        }
+
+        fn read(&self, bytes: &Bytes) -> Result<WireExport, WireError> {
+            read_export(bytes, false, &crate::contract::AttributeKeys::NONE)
+        }
+
+        async fn consume(
+            &self,
+            _bytes: Bytes,
+            export: WireExport,
+            _transport: Transport,
+        ) -> Result<(), Refusal> {
+            self.consumed
+                .fetch_add(export.spans.len() as u64, Ordering::Relaxed);
+            self.answer.clone()
+        }
+
+        fn metrics(&self) -> &Metrics {
+            &self.metrics
+        }
+    }
+
+    fn discard() -> DiscardConsumer {
+        DiscardConsumer::new(Metrics::new(), Arc::default())
+    }
+
+    #[test]
+    fn discarding_never_refuses_early() {
+        assert_eq!(discard().refuse_early(), None);
+    }
+
+    #[tokio::test]
+    async fn discarding_acknowledges_and_counts_the_spans_received() {
+        let consumer = discard();
+        let bytes = export_of(3);
+        let export = consumer.read(&bytes).unwrap();
+        assert_eq!(export.spans.len(), 3);
+        consumer
+            .consume(bytes, export, Transport::Http)
+            .await
+            .unwrap();
+        let export = consumer.read(&export_of(2)).unwrap();
+        consumer
+            .consume(export_of(2), export, Transport::Grpc)
+            .await
+            .unwrap();
+        let text = consumer.metrics().render();
+        assert!(
+            text.contains(r#"transport="http"} 3"#),
+            "http spans not counted:\n{text}"
+        );
+        assert!(
+            text.contains(r#"transport="grpc"} 2"#),
+            "grpc spans not counted:\n{text}"
+        );
+    }
+
+    #[test]
+    fn discarding_keeps_no_span_bytes() {
+        let export = discard().read(&export_of(1)).unwrap();
+        assert!(export.raw.is_empty());
+    }
+
+    #[test]
+    fn discarding_still_rejects_malformed_protobuf() {
+        assert!(discard().read(&Bytes::from_static(&[0x0a, 0xff])).is_err());
+    }
+}

@@ -319,3 +319,88 @@ fn decompress(headers: &HeaderMap, raw: Bytes, limit: usize) -> Result<Bytes, Re
     }
     Ok(Bytes::from(inflated))
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{header, Request, StatusCode};
+    use tower_service::Service;
+
+    use super::*;
+    use crate::receivers::consumer::tests::{export_of, Scripted};
+
+    const LIMIT: usize = 1 << 20;
+
+    async fn post_export(consumer: Scripted, body: Bytes) -> Response {
+        let mut router = router(consumer, LIMIT, None);
+        let request = Request::post(TRACES_PATH)
+            .header(header::CONTENT_TYPE, PROTOBUF)
+            .body(Body::from(body))
+            .unwrap();
+        router.call(request).await.unwrap()
+    }
+
+    fn retry_after(response: &Response) -> Option<&str> {
+        response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+    }
+
+    #[tokio::test]
+    async fn an_accepted_export_is_200_once_the_consumer_took_its_spans() {
+        let consumer = Scripted::answering(Ok(()));
+        let response = post_export(consumer.clone(), export_of(2)).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(consumer.consumed(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_busy_consumer_is_429_with_retry_after() {
+        let consumer = Scripted::answering(Err(ConsumerRefusal::Busy));
+        let response = post_export(consumer.clone(), export_of(1)).await;
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(retry_after(&response), Some(RETRY_AFTER_SECONDS));
+        assert!(consumer
+            .metrics
+            .render()
+            .contains(r#"transport="http",outcome="busy"} 1"#));
+    }
+
+    #[tokio::test]
+    async fn storage_trouble_or_shutdown_is_503_with_retry_after() {
+        for refusal in [
+            ConsumerRefusal::Storage("disk full".into()),
+            ConsumerRefusal::Closed,
+        ] {
+            let consumer = Scripted::answering(Err(refusal.clone()));
+            let response = post_export(consumer, export_of(1)).await;
+            assert_eq!(
+                response.status(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{refusal:?}"
+            );
+            assert_eq!(retry_after(&response), Some(RETRY_AFTER_SECONDS));
+        }
+    }
+
+    #[tokio::test]
+    async fn an_early_refusal_is_answered_before_the_body_is_read() {
+        let consumer = Scripted {
+            early: Some(ConsumerRefusal::Busy),
+            ..Scripted::answering(Ok(()))
+        };
+        // Not protobuf at all: had it been read, the answer would be 400.
+        let response = post_export(consumer.clone(), Bytes::from_static(&[0x0a, 0xff])).await;
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(consumer.consumed(), 0);
+    }
+
+    #[tokio::test]
+    async fn malformed_protobuf_is_400_and_never_reaches_the_consumer() {
+        let consumer = Scripted::answering(Ok(()));
+        let response = post_export(consumer.clone(), Bytes::from_static(&[0x0a, 0xff])).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(consumer.consumed(), 0);
+    }
+}
