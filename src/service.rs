@@ -5,6 +5,7 @@
 //! before it is answered OK) → the worker evaluates every pending request and completes every
 //! Parquet file → the forward queue drains within the deadline → the metrics endpoint stops.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,14 +20,14 @@ use crate::assemble::Assembler;
 use crate::config::{Config, ConfigProblem, Problems, ABOVE_ZERO};
 use crate::decisions::{self, Decider, SharedEngine};
 use crate::pipeline::{
-    partition, run_log, Engine, InFlight, LogMessage, PipelineMessage, SummaryStore, Watermark,
-    Worker, WorkerSummary,
+    partition, run_log, Engine, InFlight, Intake, LogMessage, PipelineMessage, SummaryStore,
+    Watermark, Worker, WorkerSummary,
 };
 use crate::policy::{PolicySet, DEFAULT_POLICIES_DIR};
 use crate::pricing::PricingBook;
 use crate::receivers::auth::{Authenticator, Tokens};
 use crate::receivers::tls::TlsIdentity;
-use crate::receivers::{grpc, http, Intake};
+use crate::receivers::{grpc, http, DiscardConsumer, TracesConsumer};
 use crate::rules::RulesConfig;
 use crate::sinks::forward::ForwardObserver;
 use crate::sinks::metrics::{self, Health, Metrics};
@@ -515,21 +516,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     // Weak handles: the stages must end when the receivers are done, not when this is dropped.
     let shard_handles: Vec<_> = senders.iter().map(mpsc::Sender::downgrade).collect();
     drop(senders);
-    let mut intake = Intake::new(
-        log_sender,
-        Arc::clone(&in_flight),
-        Arc::clone(&metrics),
-        Arc::clone(&health),
-        shards,
-    );
-    if !config.exporters.parquet.enabled {
-        tracing::warn!("sink none: every export is acknowledged and discarded after decoding");
-        intake = intake.discarding();
-    }
     let policy_keys = SharedAttributeKeys::new(engine.policies.attribute_keys().clone());
-    let intake = intake
-        .forwarding(forwarding)
-        .policy_keys(Arc::clone(&policy_keys));
     let (tls_on, tokens) = (tls.is_some(), auth.as_ref().map_or(0, |a| a.tokens()));
     // Decisions are answered on the receivers' tasks with their own engine, never through the
     // pipeline's queues.
@@ -539,29 +526,32 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         &config.decisions,
         Arc::clone(&metrics),
     );
-    let grpc_server = tokio::spawn(grpc::serve(
-        grpc_listener,
-        intake.clone(),
+    let receivers = Receivers {
+        grpc: grpc_listener,
+        http: http_listener,
         max_request_bytes,
-        tls.clone(),
-        auth.clone(),
-        tonic::service::Routes::new(decisions::grpc::DecisionsServer::new(
-            decider.clone(),
-            max_request_bytes,
-            auth.clone(),
-        )),
-        stopped(),
-    ));
-    let http_server = tokio::spawn(http::serve(
-        http_listener,
-        http::router(intake, max_request_bytes, auth.clone()).merge(decisions::http::router(
-            decider,
-            max_request_bytes,
-            auth.clone(),
-        )),
-        tls.clone(),
-        stopped(),
-    ));
+        tls: tls.clone(),
+        auth: auth.clone(),
+        decider,
+    };
+    let (grpc_server, http_server) = if config.exporters.parquet.enabled {
+        let intake = Intake::new(
+            log_sender,
+            Arc::clone(&in_flight),
+            Arc::clone(&metrics),
+            Arc::clone(&health),
+            shards,
+        )
+        .forwarding(forwarding)
+        .policy_keys(Arc::clone(&policy_keys));
+        receivers.spawn(intake, stopped(), stopped())
+    } else {
+        tracing::warn!("sink none: every export is acknowledged and discarded after decoding");
+        // The ticker's sender keeps the log stage running until shutdown, as before.
+        drop(log_sender);
+        let discard = DiscardConsumer::new(Arc::clone(&metrics), Arc::clone(&policy_keys));
+        receivers.spawn(discard, stopped(), stopped())
+    };
     let (metrics_stop, metrics_stop_rx) = watch::channel(false);
     let metrics_server = tokio::spawn(metrics::serve(
         metrics_listener,
@@ -644,6 +634,59 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         shutdown,
         task,
     })
+}
+
+/// What both receivers are started with besides their consumer.
+struct Receivers {
+    grpc: TcpListener,
+    http: TcpListener,
+    max_request_bytes: usize,
+    tls: Option<TlsIdentity>,
+    auth: Option<Arc<Authenticator>>,
+    /// The decision service shares the receivers' listeners.
+    decider: Decider,
+}
+
+type ReceiverTasks = (
+    JoinHandle<Result<(), tonic::transport::Error>>,
+    JoinHandle<std::io::Result<()>>,
+);
+
+impl Receivers {
+    /// Starts the gRPC and HTTP receivers handing exports to `consumer`, each until its
+    /// `stop` resolves.
+    fn spawn<C: TracesConsumer>(
+        self,
+        consumer: C,
+        grpc_stop: impl Future<Output = ()> + Send + 'static,
+        http_stop: impl Future<Output = ()> + Send + 'static,
+    ) -> ReceiverTasks {
+        let Receivers {
+            grpc: grpc_listener,
+            http: http_listener,
+            max_request_bytes,
+            tls,
+            auth,
+            decider,
+        } = self;
+        let grpc_server = tokio::spawn(grpc::serve(
+            grpc_listener,
+            consumer.clone(),
+            max_request_bytes,
+            tls.clone(),
+            auth.clone(),
+            tonic::service::Routes::new(decisions::grpc::DecisionsServer::new(
+                decider.clone(),
+                max_request_bytes,
+                auth.clone(),
+            )),
+            grpc_stop,
+        ));
+        let routes = http::router(consumer, max_request_bytes, auth.clone())
+            .merge(decisions::http::router(decider, max_request_bytes, auth));
+        let http_server = tokio::spawn(http::serve(http_listener, routes, tls, http_stop));
+        (grpc_server, http_server)
+    }
 }
 
 /// The uploader of an object store output, once the store has answered: bad credentials, a

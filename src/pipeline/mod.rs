@@ -6,6 +6,7 @@
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 pub mod config;
+mod intake;
 mod log;
 mod shard;
 mod summaries;
@@ -13,6 +14,7 @@ mod watermark;
 mod worker;
 
 pub use config::{ProcessorsConfig, RetrySpendConfig};
+pub use intake::Intake;
 pub use log::{run as run_log, Append, InFlight, LogMessage, Permit, WAL_COMPONENT};
 pub use shard::{partition, regroup, shard_of, ExportPart, RawSpan, RawSpans};
 pub use summaries::SummaryStore;

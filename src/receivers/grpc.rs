@@ -22,7 +22,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{self, Authenticator};
 use super::tls::TlsIdentity;
-use super::{Intake, Refusal, Transport};
+use super::{Refusal, TracesConsumer, Transport};
 
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
@@ -84,34 +84,34 @@ impl<T: Message> Encoder for ResponseEncoder<T> {
 }
 
 #[derive(Clone)]
-struct ExportMethod {
-    intake: Intake,
+struct ExportMethod<C> {
+    consumer: C,
 }
 
-impl UnaryService<RawExport> for ExportMethod {
+impl<C: TracesConsumer> UnaryService<RawExport> for ExportMethod<C> {
     type Response = ExportTraceServiceResponse;
     type Future = Pin<Box<dyn Future<Output = Result<Response<Self::Response>, Status>> + Send>>;
 
     fn call(&mut self, request: Request<RawExport>) -> Self::Future {
-        let intake = self.intake.clone();
+        let consumer = self.consumer.clone();
         Box::pin(async move {
             let RawExport { bytes } = request.into_inner();
-            let export = match intake.read(&bytes) {
+            let export = match consumer.read(&bytes) {
                 Ok(export) => export,
                 Err(e) => {
-                    intake.metrics().export_request("grpc", "invalid");
+                    consumer.metrics().export_request("grpc", "invalid");
                     return Err(Status::invalid_argument(e.to_string()));
                 }
             };
-            match intake.submit(bytes, export, Transport::Grpc).await {
+            match consumer.consume(bytes, export, Transport::Grpc).await {
                 Ok(()) => {
-                    intake.metrics().export_request("grpc", "ok");
+                    consumer.metrics().export_request("grpc", "ok");
                     Ok(Response::new(ExportTraceServiceResponse {
                         partial_success: None,
                     }))
                 }
                 Err(refusal) => {
-                    intake.metrics().export_request("grpc", refusal.outcome());
+                    consumer.metrics().export_request("grpc", refusal.outcome());
                     Err(status_of(&refusal))
                 }
             }
@@ -126,18 +126,19 @@ fn status_of(refusal: &Refusal) -> Status {
 
 /// The `TraceService` as a tower service for tonic's router.
 #[derive(Clone)]
-struct TraceServer {
-    method: ExportMethod,
+struct TraceServer<C> {
+    method: ExportMethod<C>,
     max_request_bytes: usize,
     auth: Option<Arc<Authenticator>>,
 }
 
-impl NamedService for TraceServer {
+impl<C> NamedService for TraceServer<C> {
     const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
 }
 
-impl<B> tower_service::Service<http::Request<B>> for TraceServer
+impl<C, B> tower_service::Service<http::Request<B>> for TraceServer<C>
 where
+    C: TracesConsumer,
     B: http_body::Body + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
@@ -155,7 +156,7 @@ where
         if let Some(auth) = &self.auth {
             if !auth.accepts(request.headers().get(http::header::AUTHORIZATION)) {
                 self.method
-                    .intake
+                    .consumer
                     .metrics()
                     .export_request("grpc", auth::OUTCOME);
                 let status = Status::unauthenticated(auth::REFUSAL_MESSAGE);
@@ -165,9 +166,9 @@ where
         if request.uri().path() != EXPORT_PATH {
             return Box::pin(async { Ok(Status::unimplemented("unknown method").into_http()) });
         }
-        if let Some(refusal) = self.method.intake.refuse_early() {
+        if let Some(refusal) = self.method.consumer.refuse_early() {
             self.method
-                .intake
+                .consumer
                 .metrics()
                 .export_request("grpc", refusal.outcome());
             let status = status_of(&refusal);
@@ -185,12 +186,13 @@ where
     }
 }
 
-/// Serves `TraceService/Export`, and the services of `beside` (the decision service), on
-/// `listener` until `shutdown` resolves, then finishes the requests in flight. With `tls`, only
-/// TLS connections are served; with `auth`, only exports carrying an accepted bearer token.
-pub async fn serve(
+/// Serves `TraceService/Export`, handing exports to `consumer`, and the services of `beside`
+/// (the decision service), on `listener` until `shutdown` resolves, then finishes the requests
+/// in flight. With `tls`, only TLS connections are served; with `auth`, only exports carrying
+/// an accepted bearer token.
+pub async fn serve<C: TracesConsumer>(
     listener: TcpListener,
-    intake: Intake,
+    consumer: C,
     max_request_bytes: usize,
     tls: Option<TlsIdentity>,
     auth: Option<Arc<Authenticator>>,
@@ -198,7 +200,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let service = TraceServer {
-        method: ExportMethod { intake },
+        method: ExportMethod { consumer },
         max_request_bytes,
         auth,
     };

@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 
 use super::auth::{self, Authenticator};
 use super::tls::TlsIdentity;
-use super::{Intake, Refusal as IntakeRefusal, Transport};
+use super::{Refusal as ConsumerRefusal, TracesConsumer, Transport};
 
 pub const TRACES_PATH: &str = "/v1/traces";
 const PROTOBUF: &str = "application/x-protobuf";
@@ -26,8 +26,8 @@ const JSON: &str = "application/json";
 const RETRY_AFTER_SECONDS: &str = "5";
 
 #[derive(Clone)]
-struct HttpState {
-    intake: Intake,
+struct HttpState<C> {
+    consumer: C,
     max_request_bytes: usize,
     auth: Option<Arc<Authenticator>>,
 }
@@ -105,18 +105,19 @@ impl Refusal {
     }
 }
 
-/// The receiver's routes; with `auth`, every export must carry an accepted bearer token.
-pub fn router(
-    intake: Intake,
+/// The receiver's routes, handing exports to `consumer`; with `auth`, every export must carry
+/// an accepted bearer token.
+pub fn router<C: TracesConsumer>(
+    consumer: C,
     max_request_bytes: usize,
     auth: Option<Arc<Authenticator>>,
 ) -> Router {
     Router::new()
-        .route(TRACES_PATH, post(export))
+        .route(TRACES_PATH, post(export::<C>))
         // The limit is enforced below, on the decoded size too; axum's own default is lower.
         .layer(DefaultBodyLimit::disable())
         .with_state(HttpState {
-            intake,
+            consumer,
             max_request_bytes,
             auth,
         })
@@ -144,8 +145,12 @@ pub async fn serve(
         .await
 }
 
-async fn export(State(state): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
-    let metrics = state.intake.metrics();
+async fn export<C: TracesConsumer>(
+    State(state): State<HttpState<C>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let metrics = state.consumer.metrics();
     // Before the body is read or decoded: an unauthenticated caller costs nothing more.
     if let Some(auth) = &state.auth {
         if !auth.accepts(headers.get(header::AUTHORIZATION)) {
@@ -165,7 +170,7 @@ async fn export(State(state): State<HttpState>, headers: HeaderMap, body: Body) 
             return refusal.into_response(None);
         }
     };
-    if let Some(early) = state.intake.refuse_early() {
+    if let Some(early) = state.consumer.refuse_early() {
         metrics.export_request("http", early.outcome());
         return refusal_of(early).into_response(Some(encoding));
     }
@@ -208,8 +213,8 @@ fn content_encoding_of(headers: &HeaderMap) -> Result<Encoding, Refusal> {
     }
 }
 
-async fn accept(
-    state: &HttpState,
+async fn accept<C: TracesConsumer>(
+    state: &HttpState<C>,
     headers: &HeaderMap,
     body: Body,
     encoding: Encoding,
@@ -257,22 +262,22 @@ async fn accept(
         }
     };
     let export = state
-        .intake
+        .consumer
         .read(&bytes)
         .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "invalid", e.to_string()))?;
     state
-        .intake
-        .submit(bytes, export, Transport::Http)
+        .consumer
+        .consume(bytes, export, Transport::Http)
         .await
         .map_err(refusal_of)
 }
 
 /// The HTTP answer to a refused export: 429 when busy, 503 when storage or the collector is
 /// unavailable; both with `Retry-After`, both retried by OTLP clients.
-fn refusal_of(refusal: IntakeRefusal) -> Refusal {
+fn refusal_of(refusal: ConsumerRefusal) -> Refusal {
     let status = match refusal {
-        IntakeRefusal::Busy => StatusCode::TOO_MANY_REQUESTS,
-        IntakeRefusal::Storage(_) | IntakeRefusal::Closed => StatusCode::SERVICE_UNAVAILABLE,
+        ConsumerRefusal::Busy => StatusCode::TOO_MANY_REQUESTS,
+        ConsumerRefusal::Storage(_) | ConsumerRefusal::Closed => StatusCode::SERVICE_UNAVAILABLE,
     };
     Refusal::new(status, refusal.outcome(), refusal.to_string())
 }
@@ -313,4 +318,89 @@ fn decompress(headers: &HeaderMap, raw: Bytes, limit: usize) -> Result<Bytes, Re
         ));
     }
     Ok(Bytes::from(inflated))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{header, Request, StatusCode};
+    use tower_service::Service;
+
+    use super::*;
+    use crate::receivers::consumer::tests::{export_of, Scripted};
+
+    const LIMIT: usize = 1 << 20;
+
+    async fn post_export(consumer: Scripted, body: Bytes) -> Response {
+        let mut router = router(consumer, LIMIT, None);
+        let request = Request::post(TRACES_PATH)
+            .header(header::CONTENT_TYPE, PROTOBUF)
+            .body(Body::from(body))
+            .unwrap();
+        router.call(request).await.unwrap()
+    }
+
+    fn retry_after(response: &Response) -> Option<&str> {
+        response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+    }
+
+    #[tokio::test]
+    async fn an_accepted_export_is_200_once_the_consumer_took_its_spans() {
+        let consumer = Scripted::answering(Ok(()));
+        let response = post_export(consumer.clone(), export_of(2)).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(consumer.consumed(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_busy_consumer_is_429_with_retry_after() {
+        let consumer = Scripted::answering(Err(ConsumerRefusal::Busy));
+        let response = post_export(consumer.clone(), export_of(1)).await;
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(retry_after(&response), Some(RETRY_AFTER_SECONDS));
+        assert!(consumer
+            .metrics
+            .render()
+            .contains(r#"transport="http",outcome="busy"} 1"#));
+    }
+
+    #[tokio::test]
+    async fn storage_trouble_or_shutdown_is_503_with_retry_after() {
+        for refusal in [
+            ConsumerRefusal::Storage("disk full".into()),
+            ConsumerRefusal::Closed,
+        ] {
+            let consumer = Scripted::answering(Err(refusal.clone()));
+            let response = post_export(consumer, export_of(1)).await;
+            assert_eq!(
+                response.status(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{refusal:?}"
+            );
+            assert_eq!(retry_after(&response), Some(RETRY_AFTER_SECONDS));
+        }
+    }
+
+    #[tokio::test]
+    async fn an_early_refusal_is_answered_before_the_body_is_read() {
+        let consumer = Scripted {
+            early: Some(ConsumerRefusal::Busy),
+            ..Scripted::answering(Ok(()))
+        };
+        // Not protobuf at all: had it been read, the answer would be 400.
+        let response = post_export(consumer.clone(), Bytes::from_static(&[0x0a, 0xff])).await;
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(consumer.consumed(), 0);
+    }
+
+    #[tokio::test]
+    async fn malformed_protobuf_is_400_and_never_reaches_the_consumer() {
+        let consumer = Scripted::answering(Ok(()));
+        let response = post_export(consumer.clone(), Bytes::from_static(&[0x0a, 0xff])).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(consumer.consumed(), 0);
+    }
 }
