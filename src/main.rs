@@ -493,34 +493,39 @@ fn pricing_check(dir: &Path) -> anyhow::Result<ExitCode> {
         eprintln!("{}: no pricing snapshots (*.json) found", dir.display());
         return Ok(ExitCode::FAILURE);
     }
-    for s in book.snapshots() {
-        println!(
-            "{}  checked {}  source {}  {} models  sha256 {}  {}",
-            s.version,
-            s.checked_at,
-            s.source,
-            s.models.len(),
-            s.digest,
-            s.path.display()
-        );
-        let groups: Vec<String> = s
-            .group_ratio
-            .iter()
-            .map(|(g, r)| format!("{g}={r}"))
-            .collect();
-        println!("  group_ratio: {}", groups.join(", "));
-        for (name, price) in &s.models {
-            let cached = price
-                .cached_input
-                .map_or_else(|| "input price".to_owned(), |c| c.to_string());
-            println!(
-                "  {name}  family {}  input {}  output {}  cached_input {cached}  USD per million tokens",
-                price.family.as_deref().unwrap_or("-"),
-                price.input,
-                price.output,
-            );
+    print_stdout(|out| {
+        for s in book.snapshots() {
+            writeln!(
+                out,
+                "{}  checked {}  source {}  {} models  sha256 {}  {}",
+                s.version,
+                s.checked_at,
+                s.source,
+                s.models.len(),
+                s.digest,
+                s.path.display()
+            )?;
+            let groups: Vec<String> = s
+                .group_ratio
+                .iter()
+                .map(|(g, r)| format!("{g}={r}"))
+                .collect();
+            writeln!(out, "  group_ratio: {}", groups.join(", "))?;
+            for (name, price) in &s.models {
+                let cached = price
+                    .cached_input
+                    .map_or_else(|| "input price".to_owned(), |c| c.to_string());
+                writeln!(
+                    out,
+                    "  {name}  family {}  input {}  output {}  cached_input {cached}  USD per million tokens",
+                    price.family.as_deref().unwrap_or("-"),
+                    price.input,
+                    price.output,
+                )?;
+            }
         }
-    }
+        Ok(())
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -549,27 +554,33 @@ fn write_snapshot(imported: &Imported, out: &Path) -> anyhow::Result<ExitCode> {
     } else {
         "wrote"
     };
-    println!("{what} {}", written.path.display());
-    println!(
-        "  version {}  checked {}  source {}  {} models  sha256 {}",
-        imported.version, imported.checked_at, imported.source, imported.models, written.digest
-    );
-    for r in &imported.rounded {
-        println!(
-            "  rounded to 10 decimal places: {} ({})",
-            r.model,
-            r.fields.join(", ")
-        );
-    }
-    for l in &imported.left_out {
-        println!("  left out: {}: {}", l.model, l.reason);
-    }
-    if imported.skipped > 0 {
-        println!(
-            "  skipped {} entries that are no chat or completion model",
-            imported.skipped
-        );
-    }
+    print_stdout(|out| {
+        writeln!(out, "{what} {}", written.path.display())?;
+        writeln!(
+            out,
+            "  version {}  checked {}  source {}  {} models  sha256 {}",
+            imported.version, imported.checked_at, imported.source, imported.models, written.digest
+        )?;
+        for r in &imported.rounded {
+            writeln!(
+                out,
+                "  rounded to 10 decimal places: {} ({})",
+                r.model,
+                r.fields.join(", ")
+            )?;
+        }
+        for l in &imported.left_out {
+            writeln!(out, "  left out: {}: {}", l.model, l.reason)?;
+        }
+        if imported.skipped > 0 {
+            writeln!(
+                out,
+                "  skipped {} entries that are no chat or completion model",
+                imported.skipped
+            )?;
+        }
+        Ok(())
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -599,18 +610,21 @@ fn policy_check(dir: &Path, pricing: Option<&Path>) -> anyhow::Result<ExitCode> 
         }
     };
     let book = pricing.map(load_book).transpose()?;
-    if set.is_empty() {
-        println!("{}: no envelope policies (*.toml)", dir.display());
-    }
-    for policy in set.policies() {
-        println!("{}", review::describe(policy));
-        for warning in review::warnings(policy, book.as_ref()) {
-            eprintln!(
-                "warning: {}: policy {:?}: {warning}",
-                policy.path.display(),
-                policy.name
-            );
+    print_stdout(|out| {
+        if set.is_empty() {
+            writeln!(out, "{}: no envelope policies (*.toml)", dir.display())?;
         }
-    }
+        for policy in set.policies() {
+            writeln!(out, "{}", review::describe(policy))?;
+            for warning in review::warnings(policy, book.as_ref()) {
+                eprintln!(
+                    "warning: {}: policy {:?}: {warning}",
+                    policy.path.display(),
+                    policy.name
+                );
+            }
+        }
+        Ok(())
+    })?;
     Ok(ExitCode::SUCCESS)
 }
