@@ -408,3 +408,30 @@ fn restoring_keeps_within_the_byte_budget_forgetting_the_oldest() {
         "the newest is kept"
     );
 }
+
+#[test]
+fn finished_cache_keeps_at_most_half_the_budget_when_nothing_waits() {
+    let one = attempt(1, 1).retained_bytes();
+    let limit = one * 20;
+    let mut a = Assembler::new(&budget(limit), 1);
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    for trace in 1..=40u8 {
+        a.offer(logical(trace, 1), t, &mut ready);
+        a.offer(attempt(trace, 1), t, &mut ready);
+        for request in std::mem::take(&mut ready.requests) {
+            a.finish(request);
+        }
+        assert!(
+            a.grouper.finished_bytes() <= limit / 2,
+            "after request {trace}: {} of {limit}",
+            a.grouper.finished_bytes()
+        );
+    }
+    assert_eq!(ready.evicted, 0, "nothing was evaluated early");
+    // The newest request is still remembered: its re-sent attempt is a duplicate.
+    assert!(matches!(
+        a.offer(attempt(40, 1), t, &mut ready),
+        Offer::Duplicate
+    ));
+}
