@@ -1,11 +1,12 @@
-//! `serve`: binds the receivers, starts the pipeline worker, the forwarder and the metrics
-//! endpoint, and shuts them down in the order that loses nothing.
+//! `serve`: recovers what an earlier run left, then starts the receivers, the pipeline, the
+//! forwarder and the metrics endpoint as components, and stops them in the order that loses
+//! nothing, derived from their links (`GRAPH`, `topology`).
 //!
 //! Shutdown order: stop accepting and finish the exports in flight (each is in the pipeline
-//! before it is answered OK) → the worker evaluates every pending request and completes every
-//! Parquet file → the forward queue drains within the deadline → the metrics endpoint stops.
+//! before it is answered OK) → the ticker stops → the log stage and the shards evaluate every
+//! pending request and complete every Parquet file, and the log is released → the forward
+//! queue drains within the deadline → the metrics endpoint stops.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,15 +14,15 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Deserialize;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::assemble::Assembler;
+use crate::assemble::{Assembler, Summary};
 use crate::config::{Config, ConfigProblem, Problems, ABOVE_ZERO};
 use crate::decisions::{self, Decider, SharedEngine};
 use crate::pipeline::{
-    partition, run_log, Engine, InFlight, Intake, LogMessage, PipelineMessage, SummaryStore,
-    Watermark, Worker, WorkerSummary,
+    partition, run_log, Engine, ExportPart, InFlight, Intake, LogMessage, PipelineMessage,
+    SummaryStore, Watermark, Worker, WorkerSummary,
 };
 use crate::policy::{PolicySet, DEFAULT_POLICIES_DIR};
 use crate::pricing::PricingBook;
@@ -39,7 +40,11 @@ use crate::wal::{self, WalWriter};
 use std::collections::HashSet;
 
 use crate::contract::wire::read_export;
-use crate::contract::SharedAttributeKeys;
+use crate::contract::{SharedAttributeKeys, SpanId, TraceId};
+
+mod topology;
+
+use topology::{Links, Stop, Topology};
 
 /// Logged export requests queued ahead of the worker before the log stage waits. Each holds a
 /// decoded request (about 1 MB for 512 spans), so a short queue is what bounds memory; a full
@@ -434,10 +439,9 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
 
     let in_flight = InFlight::new(otlp.max_in_flight_bytes);
     let watermark = Arc::new(Watermark::new(shards, recovered_from));
-    let written = Arc::new(written);
     let (log_sender, log_receiver) = mpsc::channel(LOG_QUEUE);
     let mut senders = Vec::with_capacity(shards);
-    let mut workers = Vec::with_capacity(shards);
+    let mut pending = Vec::with_capacity(shards);
     for (shard, (sink, records)) in sinks.into_iter().zip(recovered).enumerate() {
         let (sender, receiver) = mpsc::channel(PIPELINE_QUEUE);
         let mut worker = Worker::new(
@@ -452,70 +456,30 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         if let Some(store) = &summaries {
             worker = worker.with_summaries(Arc::clone(store));
         }
-        let restored = std::mem::take(&mut restored[shard]);
-        let written = Arc::clone(&written);
-        let clock = tokio::runtime::Handle::current();
-        let thread = std::thread::Builder::new()
-            .name(format!("pipeline-{shard}"))
-            .spawn(move || {
-                yield_to_receivers();
-                worker.recover(restored, records, &written);
-                drop(written);
-                worker.run(receiver, clock)
-            })
-            .context("cannot start a pipeline thread")?;
         senders.push(sender);
-        workers.push(thread);
+        pending.push(PendingShard {
+            worker,
+            receiver,
+            restored: std::mem::take(&mut restored[shard]),
+            records,
+        });
     }
-    let log_stage = {
-        let (shard_senders, watermark) = (senders.clone(), Arc::clone(&watermark));
-        let (health, metrics) = (Arc::clone(&health), Arc::clone(&metrics));
-        std::thread::Builder::new()
-            .name("wal".into())
-            .spawn(move || {
-                run_log(
-                    wal_writer,
-                    log_receiver,
-                    shard_senders,
-                    watermark,
-                    health,
-                    metrics,
-                )
-            })
-            .context("cannot start the write-ahead log thread")?
-    };
-
-    // The shards keep their own time; the log stage is told when an `interval` fsync and a
-    // segment release are due.
-    let ticker = {
-        let log_sender = log_sender.clone();
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(TICK);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                interval.tick().await;
-                // A full queue means that stage is busy and will tick soon enough.
-                if let Err(mpsc::error::TrySendError::Closed(_)) =
-                    log_sender.try_send(LogMessage::Tick)
-                {
-                    break;
-                }
-            }
-        })
+    // Weak handles: the stages must end when the receivers are done, not when this is dropped.
+    let shard_handles: Vec<_> = senders.iter().map(mpsc::Sender::downgrade).collect();
+    let pipeline = Pipeline {
+        shards: pending,
+        written: Arc::new(written),
+        senders,
+        log_receiver,
+        wal_writer,
+        unused_wal,
+        watermark,
+        health: Arc::clone(&health),
+        metrics: Arc::clone(&metrics),
     };
 
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut task_shutdown = shutdown_rx.clone();
-    let stopped = move || {
-        let mut rx = shutdown_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        }
-    };
-    let max_request_bytes = otlp.request_limit();
-    // Weak handles: the stages must end when the receivers are done, not when this is dropped.
-    let shard_handles: Vec<_> = senders.iter().map(mpsc::Sender::downgrade).collect();
-    drop(senders);
     let policy_keys = SharedAttributeKeys::new(engine.policies.attribute_keys().clone());
     let (tls_on, tokens) = (tls.is_some(), auth.as_ref().map_or(0, |a| a.tokens()));
     // Decisions are answered on the receivers' tasks with their own engine, never through the
@@ -529,12 +493,19 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     let receivers = Receivers {
         grpc: grpc_listener,
         http: http_listener,
-        max_request_bytes,
+        max_request_bytes: otlp.request_limit(),
         tls: tls.clone(),
         auth: auth.clone(),
         decider,
+        shutdown: shutdown_rx,
     };
-    let (grpc_server, http_server) = if config.exporters.parquet.enabled {
+
+    let shutdown_timeout = config.service.shutdown_timeout;
+    let mut topology = Topology::new(&GRAPH).expect("the service graph is valid");
+    let (summary_sender, summary) = oneshot::channel();
+    topology.provide(PIPELINE, move || pipeline.start(summary_sender));
+    topology.provide(TICKER, ticker(log_sender.clone()));
+    if config.exporters.parquet.enabled {
         let intake = Intake::new(
             log_sender,
             Arc::clone(&in_flight),
@@ -544,72 +515,44 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         )
         .forwarding(forwarding)
         .policy_keys(Arc::clone(&policy_keys));
-        receivers.spawn(intake, stopped(), stopped())
+        receivers.provide(&mut topology, intake);
     } else {
         tracing::warn!("sink none: every export is acknowledged and discarded after decoding");
         // The ticker's sender keeps the log stage running until shutdown, as before.
         drop(log_sender);
         let discard = DiscardConsumer::new(Arc::clone(&metrics), Arc::clone(&policy_keys));
-        receivers.spawn(discard, stopped(), stopped())
-    };
-    let (metrics_stop, metrics_stop_rx) = watch::channel(false);
-    let metrics_server = tokio::spawn(metrics::serve(
-        metrics_listener,
-        metrics::router(Arc::clone(&metrics), Arc::clone(&health)),
-        async move {
-            let mut rx = metrics_stop_rx;
-            let _ = rx.wait_for(|stop| *stop).await;
-        },
-    ));
+        receivers.provide(&mut topology, discard);
+    }
+    topology.provide(FORWARDER, move || {
+        Ok(Box::pin(async move {
+            if let Some(forwarder) = forwarder {
+                forwarder.shutdown(shutdown_timeout).await;
+            }
+            Ok(())
+        }) as Stop)
+    });
+    let router = metrics::router(Arc::clone(&metrics), Arc::clone(&health));
+    topology.provide(METRICS, move || {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(metrics::serve(metrics_listener, router, async move {
+            let _ = stopped.await;
+        }));
+        Ok(Box::pin(async move {
+            let _ = stop.send(());
+            server.await??;
+            Ok(())
+        }) as Stop)
+    });
+    let running = topology.start_all()?;
     tracing::info!(%grpc_addr, %http_addr, %metrics_addr, tls = tls_on, bearer_tokens = tokens, %output, "collector listening");
 
-    let shutdown_timeout = config.service.shutdown_timeout;
     let pricing_dir = config.processors.retry_spend.pricing_dir.clone();
     let policies_dir = config.processors.retry_spend.policies_dir.clone();
     let task = tokio::spawn(async move {
         let _ = task_shutdown.wait_for(|stop| *stop).await;
         tracing::info!("shutting down: finishing exports in flight");
-        // Receivers hold the only other senders; once they are done, the worker sees the end.
-        if let Err(e) = grpc_server.await? {
-            tracing::error!(error = %e, "OTLP/gRPC receiver failed");
-        }
-        if let Err(e) = http_server.await? {
-            tracing::error!(error = %e, "OTLP/HTTP receiver failed");
-        }
-        ticker.abort();
-        let _ = ticker.await;
-        // The log stage ends once the receivers are gone and hands the pipeline's input over;
-        // the worker then evaluates everything pending and completes every file.
-        let wal_writer = tokio::task::spawn_blocking(move || log_stage.join())
-            .await?
-            .map_err(|_| anyhow::anyhow!("the write-ahead log thread panicked"))?;
-        let summary = tokio::task::spawn_blocking(move || {
-            let mut total: Option<WorkerSummary> = None;
-            for worker in workers {
-                let shard = worker
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("a pipeline thread panicked"))?;
-                total = Some(total.map_or(shard, |t| t.merge(shard)));
-            }
-            Ok::<_, anyhow::Error>(total.unwrap_or_default())
-        })
-        .await??;
-        if summary.all_written {
-            // Every row is in a completed file: nothing in the log is needed any more.
-            for mut writer in wal_writer.into_iter().chain(unused_wal) {
-                writer.seal();
-                writer.release_below(u64::MAX);
-            }
-        } else {
-            tracing::warn!(
-                "keeping the write-ahead log: rows it holds are recovered at the next start"
-            );
-        }
-        if let Some(forwarder) = forwarder {
-            forwarder.shutdown(shutdown_timeout).await;
-        }
-        let _ = metrics_stop.send(true);
-        metrics_server.await??;
+        running.stop_all().await?;
+        let summary = summary.await.map_err(|_| stopped())?;
         tracing::info!(
             requests = summary.requests,
             rows = summary.rows,
@@ -636,6 +579,160 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     })
 }
 
+const OTLP_GRPC: &str = "otlp-grpc";
+const OTLP_HTTP: &str = "otlp-http";
+const TICKER: &str = "ticker";
+const PIPELINE: &str = "pipeline";
+const FORWARDER: &str = "forwarder";
+const METRICS: &str = "metrics";
+
+/// Every component of `serve` and the components it sends data to; they stop in the order
+/// these links give (sources first) and start in the reverse one. Everything reports to the
+/// metrics endpoint, so it stops last.
+const GRAPH: [Links; 6] = [
+    (OTLP_GRPC, &[PIPELINE, METRICS]),
+    (OTLP_HTTP, &[PIPELINE, METRICS]),
+    // Declared after the receivers, so it stops after them: while they finish the exports in
+    // flight, its ticks keep the log stage's interval fsyncs and segment releases going.
+    (TICKER, &[PIPELINE]),
+    (PIPELINE, &[FORWARDER, METRICS]),
+    (FORWARDER, &[METRICS]),
+    (METRICS, &[]),
+];
+
+/// Tells the log stage when an `interval` fsync and a segment release are due (the shards
+/// keep their own time). Stopping it ends its sender of the log stage's input.
+fn ticker(log_sender: mpsc::Sender<LogMessage>) -> impl FnOnce() -> anyhow::Result<Stop> {
+    move || {
+        let ticker = tokio::spawn(async move {
+            let mut interval = tokio::time::interval(TICK);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                interval.tick().await;
+                // A full queue means that stage is busy and will tick soon enough.
+                if let Err(mpsc::error::TrySendError::Closed(_)) =
+                    log_sender.try_send(LogMessage::Tick)
+                {
+                    break;
+                }
+            }
+        });
+        Ok(Box::pin(async move {
+            ticker.abort();
+            let _ = ticker.await;
+            Ok(())
+        }) as Stop)
+    }
+}
+
+/// A shard built and recovered into at start, before its thread runs.
+struct PendingShard {
+    worker: Worker,
+    receiver: mpsc::Receiver<PipelineMessage>,
+    restored: Vec<Summary>,
+    records: Vec<(u64, ExportPart)>,
+}
+
+/// The log stage and the pipeline shards, one component: the shards' summary decides whether
+/// the log is released once both have stopped.
+struct Pipeline {
+    shards: Vec<PendingShard>,
+    /// Spans a completed file already holds: replayed as context, never as rows again.
+    written: Arc<HashSet<(TraceId, SpanId)>>,
+    senders: Vec<mpsc::Sender<PipelineMessage>>,
+    log_receiver: mpsc::Receiver<LogMessage>,
+    wal_writer: Option<WalWriter>,
+    /// The log of an earlier run when the log is now off: deleted like ours once every row
+    /// is written.
+    unused_wal: Option<WalWriter>,
+    watermark: Arc<Watermark>,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+}
+
+impl Pipeline {
+    /// Starts a thread per shard (each first recovers what the log and its summaries hold)
+    /// and the log stage's. It stops once the receivers and the ticker, its only senders, are
+    /// gone: the log stage ends and with it the shards' input, each shard evaluates everything
+    /// pending and completes every file, and `summary` gets what they did.
+    fn start(self, summary: oneshot::Sender<WorkerSummary>) -> anyhow::Result<Stop> {
+        let Pipeline {
+            shards,
+            written,
+            senders,
+            log_receiver,
+            wal_writer,
+            unused_wal,
+            watermark,
+            health,
+            metrics,
+        } = self;
+        let mut workers = Vec::with_capacity(shards.len());
+        for (shard, pending) in shards.into_iter().enumerate() {
+            let PendingShard {
+                mut worker,
+                receiver,
+                restored,
+                records,
+            } = pending;
+            let written = Arc::clone(&written);
+            let clock = tokio::runtime::Handle::current();
+            let thread = std::thread::Builder::new()
+                .name(format!("pipeline-{shard}"))
+                .spawn(move || {
+                    yield_to_receivers();
+                    worker.recover(restored, records, &written);
+                    drop(written);
+                    worker.run(receiver, clock)
+                })
+                .context("cannot start a pipeline thread")?;
+            workers.push(thread);
+        }
+        let log_stage = std::thread::Builder::new()
+            .name("wal".into())
+            .spawn(move || {
+                run_log(
+                    wal_writer,
+                    log_receiver,
+                    senders,
+                    watermark,
+                    health,
+                    metrics,
+                )
+            })
+            .context("cannot start the write-ahead log thread")?;
+        Ok(Box::pin(async move {
+            let wal_writer = tokio::task::spawn_blocking(move || log_stage.join())
+                .await?
+                .map_err(|_| anyhow::anyhow!("the write-ahead log thread panicked"))?;
+            let total = tokio::task::spawn_blocking(move || {
+                let mut total: Option<WorkerSummary> = None;
+                for worker in workers {
+                    let shard = worker
+                        .join()
+                        .map_err(|_| anyhow::anyhow!("a pipeline thread panicked"))?;
+                    total = Some(total.map_or(shard, |t| t.merge(shard)));
+                }
+                Ok::<_, anyhow::Error>(total.unwrap_or_default())
+            })
+            .await??;
+            if total.all_written {
+                // Every row is in a completed file: nothing in the log is needed any more.
+                for mut writer in wal_writer.into_iter().chain(unused_wal) {
+                    writer.seal();
+                    writer.release_below(u64::MAX);
+                }
+            } else {
+                tracing::warn!(
+                    "keeping the write-ahead log: rows it holds are recovered at the next start"
+                );
+            }
+            let _ = summary.send(total);
+            Ok(())
+        }) as Stop)
+    }
+}
+
 /// What both receivers are started with besides their consumer.
 struct Receivers {
     grpc: TcpListener,
@@ -645,22 +742,14 @@ struct Receivers {
     auth: Option<Arc<Authenticator>>,
     /// The decision service shares the receivers' listeners.
     decider: Decider,
+    /// Both stop accepting together when shutdown is asked; stopping each then waits for the
+    /// exports it has in flight.
+    shutdown: watch::Receiver<bool>,
 }
 
-type ReceiverTasks = (
-    JoinHandle<Result<(), tonic::transport::Error>>,
-    JoinHandle<std::io::Result<()>>,
-);
-
 impl Receivers {
-    /// Starts the gRPC and HTTP receivers handing exports to `consumer`, each until its
-    /// `stop` resolves.
-    fn spawn<C: TracesConsumer>(
-        self,
-        consumer: C,
-        grpc_stop: impl Future<Output = ()> + Send + 'static,
-        http_stop: impl Future<Output = ()> + Send + 'static,
-    ) -> ReceiverTasks {
+    /// Provides the gRPC and HTTP receivers, handing exports to `consumer`.
+    fn provide<C: TracesConsumer>(self, topology: &mut Topology, consumer: C) {
         let Receivers {
             grpc: grpc_listener,
             http: http_listener,
@@ -668,24 +757,52 @@ impl Receivers {
             tls,
             auth,
             decider,
+            shutdown,
         } = self;
-        let grpc_server = tokio::spawn(grpc::serve(
-            grpc_listener,
-            consumer.clone(),
-            max_request_bytes,
-            tls.clone(),
-            auth.clone(),
-            tonic::service::Routes::new(decisions::grpc::DecisionsServer::new(
-                decider.clone(),
-                max_request_bytes,
-                auth.clone(),
-            )),
-            grpc_stop,
-        ));
-        let routes = http::router(consumer, max_request_bytes, auth.clone())
-            .merge(decisions::http::router(decider, max_request_bytes, auth));
-        let http_server = tokio::spawn(http::serve(http_listener, routes, tls, http_stop));
-        (grpc_server, http_server)
+        let stopped = move || {
+            let mut rx = shutdown.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        };
+        let grpc_stop = stopped();
+        let http_stop = stopped();
+        {
+            let (consumer, tls, auth, decider) =
+                (consumer.clone(), tls.clone(), auth.clone(), decider.clone());
+            topology.provide(OTLP_GRPC, move || {
+                let server = tokio::spawn(grpc::serve(
+                    grpc_listener,
+                    consumer,
+                    max_request_bytes,
+                    tls,
+                    auth.clone(),
+                    tonic::service::Routes::new(decisions::grpc::DecisionsServer::new(
+                        decider,
+                        max_request_bytes,
+                        auth,
+                    )),
+                    grpc_stop,
+                ));
+                Ok(Box::pin(async move {
+                    if let Err(e) = server.await? {
+                        tracing::error!(error = %e, "OTLP/gRPC receiver failed");
+                    }
+                    Ok(())
+                }) as Stop)
+            });
+        }
+        topology.provide(OTLP_HTTP, move || {
+            let routes = http::router(consumer, max_request_bytes, auth.clone())
+                .merge(decisions::http::router(decider, max_request_bytes, auth));
+            let server = tokio::spawn(http::serve(http_listener, routes, tls, http_stop));
+            Ok(Box::pin(async move {
+                if let Err(e) = server.await? {
+                    tracing::error!(error = %e, "OTLP/HTTP receiver failed");
+                }
+                Ok(())
+            }) as Stop)
+        });
     }
 }
 
@@ -746,4 +863,19 @@ fn load_policies(dir: Option<&std::path::Path>, verb: &str) -> anyhow::Result<Po
             let dir = dir.unwrap_or(std::path::Path::new(DEFAULT_POLICIES_DIR));
             format!("cannot {verb} envelope policies from {}", dir.display())
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn components_stop_from_the_receivers_to_the_metrics_endpoint() {
+        assert_eq!(
+            topology::stop_order(&GRAPH),
+            Ok(vec![
+                OTLP_GRPC, OTLP_HTTP, TICKER, PIPELINE, FORWARDER, METRICS
+            ])
+        );
+    }
 }
