@@ -128,7 +128,7 @@ enum Command {
         max_pricing_age_days: i64,
         /// Estimated bytes of requests held while the input is read, as serve's
         /// processors.retry_spend.max_pending_bytes (default 256 MiB); over it the oldest are evaluated early (counted in the summary).
-        #[arg(long, value_name = "BYTES", default_value_t = replay::DEFAULT_MAX_PENDING_BYTES as u64, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+        #[arg(long, value_name = "BYTES", default_value_t = replay::DEFAULT_MAX_PENDING_BYTES, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
         max_pending_bytes: u64,
         /// OTLP JSON lines files; `-` reads standard input.
         #[arg(value_name = "FILE", required = true)]

@@ -144,13 +144,13 @@ pub struct ReplayOptions {
 /// `replay`'s default budget: larger than `serve`'s, since a batch job's rows should be those of
 /// grouping the whole input for any file a machine reads comfortably, and nothing else shares
 /// its memory.
-pub const DEFAULT_MAX_PENDING_BYTES: usize = 256 * 1024 * 1024;
+pub const DEFAULT_MAX_PENDING_BYTES: u64 = 256 * 1024 * 1024;
 
 impl Default for ReplayOptions {
     fn default() -> Self {
         ReplayOptions {
             sink: ParquetExporterConfig::default(),
-            max_pending_bytes: DEFAULT_MAX_PENDING_BYTES as u64,
+            max_pending_bytes: DEFAULT_MAX_PENDING_BYTES,
         }
     }
 }

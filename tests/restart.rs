@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::child::{signal, start as start_child};
 use common::collector::{config, stop};
 use common::otel::{export_grpc, span_data};
-use common::{read_table, Row};
+use common::{read_table, wal_segments, Row};
 use opentelemetry::InstrumentationScope;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
@@ -236,17 +236,6 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn wal_segments(wal: &Path) -> usize {
-    std::fs::read_dir(wal)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter(|e| e.path().extension().is_some_and(|x| x == "wal"))
-                .count()
-        })
-        .unwrap_or(0)
 }
 
 /// The real binary, killed with SIGKILL once attempt 0's rows are in completed files and its

@@ -96,11 +96,7 @@ async fn sigterm_during_a_burst_keeps_every_acknowledged_span() {
     }
     // The finished-request summaries (`wal/finished/`) stay on purpose: they are a late
     // retry's context after the restart.
-    let segments = std::fs::read_dir(out.path().join("wal"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "wal"))
-        .count();
+    let segments = common::wal_segments(&out.path().join("wal"));
     assert_eq!(
         segments, 0,
         "a clean shutdown leaves no write-ahead log behind"

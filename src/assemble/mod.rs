@@ -614,7 +614,7 @@ impl Grouper {
                 &others,
             );
         }
-        encoder.finish_parts()
+        encoder.finish()
     }
 
     /// Takes back a finished request saved before a restart, as the newest entry of the cache

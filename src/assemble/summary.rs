@@ -270,14 +270,9 @@ impl<'a> Encoder<'a> {
         self.count += 1;
     }
 
-    /// The file's bytes.
-    pub fn finish(self) -> Vec<u8> {
-        self.finish_parts().to_vec()
-    }
-
     /// The file in parts, written one after the other: the requests are most of it and are
     /// not copied again behind the header (a cache of 50,000 requests is ~7 MB).
-    pub fn finish_parts(self) -> Encoded {
+    pub fn finish(self) -> Encoded {
         let mut head = Vec::with_capacity(256);
         head.extend_from_slice(MAGIC);
         head.extend_from_slice(&VERSION.to_le_bytes());

@@ -48,6 +48,19 @@ pub fn temporary_files(output: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The write-ahead log's segment files in `wal` (none when it does not exist). Other files
+/// there, such as the finished-request summaries under `finished/`, are not the log.
+pub fn wal_segments(wal: &Path) -> usize {
+    std::fs::read_dir(wal)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "wal"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 /// Reads every completed file back: the schema of the first and all rows, sorted by
 /// (trace_id, span_id) so that runs can be compared whatever file order they wrote.
 pub fn read_table(output: &Path) -> (Option<SchemaRef>, Vec<Row>) {

@@ -109,7 +109,7 @@ fn encode(summaries: &[Summary]) -> Vec<u8> {
     for s in summaries {
         encoder.push(&s.key, s.logical.as_ref(), &s.attempts, &s.other_span_ids);
     }
-    encoder.finish()
+    encoder.finish().to_vec()
 }
 
 #[test]
