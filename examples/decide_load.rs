@@ -71,6 +71,7 @@ fn question() -> DecideRequest {
             allowed_fallback_families: vec!["deepseek".into(), "qwen".into(), "glm".into()],
             replay_safe: None,
             task_type: "support_summary".into(),
+            ..Default::default()
         }),
         service: "support-bot".into(),
         task_type: String::new(),
@@ -81,12 +82,14 @@ fn question() -> DecideRequest {
             output_cap: counts.2,
             output_reached_client: Some(false),
             error_type: "timeout".into(),
+            ..Default::default()
         }],
         next: Some(ProposedAttempt {
             model: "glm-5".into(),
             input_tokens: counts.0,
             cached_input_tokens: counts.1,
             output_cap: counts.2,
+            ..Default::default()
         }),
         at: AT.into(),
     }

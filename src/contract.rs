@@ -55,6 +55,18 @@ pub mod attr {
     pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
     pub const LEGACY_COMPLETION_TOKENS: &str = "gen_ai.usage.completion_tokens";
     pub const REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
+    pub const CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
+    pub const LEGACY_CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation_input_tokens";
+    /// The Vercel AI SDK's cached input counts.
+    pub const AI_CACHED_INPUT_TOKENS: &str = "ai.usage.cachedInputTokens";
+    pub const AI_CACHE_READ_TOKENS: &str = "ai.usage.inputTokenDetails.cacheReadTokens";
+    /// The Vercel AI SDK's operation id: its call spans are `ai.generateText` and kin.
+    pub const AI_OPERATION_ID: &str = "ai.operationId";
+    pub const OPERATION_NAME: &str = "gen_ai.operation.name";
+    pub const SERVER_ADDRESS: &str = "server.address";
+    pub const URL_FULL: &str = "url.full";
+    pub const LEGACY_HTTP_URL: &str = "http.url";
+    pub const ASSUMED_OUTPUT_CAP: &str = "retry_spend.envelope.assumed_output_cap";
     pub const ERROR_TYPE: &str = "error.type";
     pub const SERVICE_NAME: &str = "service.name";
 
@@ -63,6 +75,16 @@ pub mod attr {
     pub const HTTP_RESEND_COUNT: &str = "http.request.resend_count";
     pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
     pub const LEGACY_HTTP_STATUS_CODE: &str = "http.status_code";
+
+    /// `gen_ai.operation.name` values of a model span (absent counts too).
+    pub const MODEL_OPERATIONS: [&str; 3] = ["chat", "text_completion", "generate_content"];
+    /// `ai.operationId` values of a Vercel AI SDK call span.
+    pub const CALL_OPERATIONS: [&str; 4] = [
+        "ai.generateText",
+        "ai.streamText",
+        "ai.generateObject",
+        "ai.streamObject",
+    ];
 
     pub const ROLE_LOGICAL_REQUEST: &str = "logical_request";
     pub const ROLE_ATTEMPT: &str = "attempt";
@@ -110,10 +132,13 @@ impl Count {
 pub enum SpanKind {
     LogicalRequest,
     Attempt,
-    /// A GenAI client span with no role, index or request id: a request of one attempt, unless
-    /// inference (SPEC §2, "Attempts inferred from plain instrumentation") makes it part of a
-    /// larger one.
+    /// A model span (a GenAI span of a model operation) with no role, index or request id: a
+    /// request of one attempt, unless inference (SPEC §2, "Attempts inferred from plain
+    /// instrumentation") makes it part of a larger one.
     SingleAttempt,
+    /// A Vercel AI SDK call span (`ai.operationId` `ai.generateText` and kin): it wraps the
+    /// tries of one call; inference reads its status and envelope, it makes no row itself.
+    CallSpan,
     /// A GenAI span whose `retry_spend.span.role` or `retry_spend.request.id` cannot group it (an
     /// unknown role, a request id of another type): a request of one attempt that inference
     /// leaves alone, since declared attempts always win.
@@ -121,7 +146,7 @@ pub enum SpanKind {
     /// An HTTP client span (kind CLIENT, an HTTP method) that is no GenAI span: passed through,
     /// unless inference makes it an attempt of the GenAI span above it. See [`HttpTry`].
     HttpTry,
-    /// Not ours: forwarded untouched, never a row.
+    /// Not ours (a GenAI span of another operation included): forwarded untouched, never a row.
     Passthrough,
 }
 
@@ -141,6 +166,9 @@ pub struct EnvelopeFields {
     pub allow_family_fallback: Option<bool>,
     pub allowed_fallback_families: Option<Vec<String>>,
     pub replay_safe: Option<bool>,
+    /// The output cap to plan with for attempts that state none (SPEC §4). Like `task_type`, it
+    /// does not make an envelope present by itself.
+    pub assumed_output_cap: Option<i64>,
     pub task_type: Option<String>,
 }
 
@@ -179,6 +207,18 @@ impl EnvelopeFields {
     }
 }
 
+/// Where an attempt's input count came from (the `usage_source` column, SPEC §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UsageOrigin {
+    /// The attempt's own span reports it.
+    #[default]
+    Span,
+    /// The call's nest reports it for every try (an inner span, or the outer one for its tries).
+    Call,
+    /// Borrowed from another attempt of the request (step 6).
+    Borrowed,
+}
+
 /// What the rules need from one span, read once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpanFacts {
@@ -204,10 +244,18 @@ pub struct SpanFacts {
     pub model_family: Option<String>,
     pub input_tokens: Count,
     pub cached_input_tokens: Count,
+    /// Tokens written to a provider cache: a subset of `input_tokens`.
+    pub cache_write_input_tokens: Count,
     pub output_tokens: Count,
     pub output_cap: Count,
     pub output_reached_client: Option<bool>,
+    /// Declared attempts: `error.type`, else `_OTHER` when the status is ERROR. Model spans:
+    /// the try rule of SPEC §2 (an HTTP status of 400 or more before `_OTHER`).
     pub error_type: Option<String>,
+    /// The span has `error.type` or status ERROR (inference's "failed").
+    pub failed: bool,
+    /// The span status is ERROR (a call span's "failed").
+    pub status_error: bool,
     pub sdk_estimated_incremental_usd: Option<Decimal>,
     pub sdk_remaining_envelope_usd: Option<Decimal>,
     pub sdk_decision_reason: Option<String>,
@@ -216,13 +264,31 @@ pub struct SpanFacts {
     pub captured: CapturedAttributes,
     /// What an HTTP client try ([`SpanKind::HttpTry`]) tells inference; `None` on other spans.
     pub http: Option<Box<HttpFacts>>,
+    /// The span carries `retry_spend.span.role`, `retry_spend.request.id` or
+    /// `retry_spend.attempt.index`: it and everything below it take no part in inference.
+    pub declared: bool,
+    /// The name of the instrumentation scope that emitted the span.
+    pub scope: Option<Arc<str>>,
+    /// `server.address`.
+    pub server_address: Option<String>,
+    /// `http.request.resend_count`; `None` when absent or not a non-negative int32.
+    pub resend_count: Option<i32>,
+    /// Set by inference: where `input_tokens` came from.
+    pub usage_origin: UsageOrigin,
+}
+
+impl Default for SpanFacts {
+    /// A passthrough span of no service with nothing read: a base for tests and tools.
+    fn default() -> Self {
+        FactsReader::new(Arc::from(attr::UNKNOWN_SERVICE)).facts
+    }
 }
 
 /// The HTTP attributes of a client try, read with the rest of the span.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HttpFacts {
-    /// `http.request.resend_count`; `None` when absent or not a non-negative int32.
-    pub resend_count: Option<i32>,
+    /// `server.address`, else the host of `url.full` (legacy `http.url`).
+    pub host: Option<String>,
     /// `http.response.status_code`, else the legacy `http.status_code`.
     pub status_code: Option<i64>,
     /// The `error.type` attribute itself (the span's `error_type` may be `_OTHER` from status).
@@ -437,6 +503,8 @@ pub struct HttpTry {
     pub error_type: Option<String>,
     /// The span status is ERROR.
     pub status_error: bool,
+    /// `server.address`, else the host of `url.full` (legacy `http.url`).
+    pub host: Option<String>,
 }
 
 impl HttpTry {
@@ -458,25 +526,53 @@ impl HttpTry {
             parent_span_id: facts.parent_span_id,
             start_time_unix_nano: facts.start_time_unix_nano,
             end_time_unix_nano: facts.end_time_unix_nano,
-            resend_count: http.resend_count,
+            resend_count: facts.resend_count,
             status_code: http.status_code,
             error_type: http.error_type.clone(),
             status_error: http.status_error,
+            host: http.host.clone(),
         })
     }
 
-    /// The attempt's `error_type`: `error.type`, else an HTTP status of 400 or more, else
-    /// `_OTHER` when the span status is ERROR.
+    /// The attempt's `error_type` (the try rule of SPEC §2).
     pub fn attempt_error_type(&self) -> Option<String> {
-        self.error_type
-            .clone()
-            .or_else(|| {
-                self.status_code
-                    .filter(|code| *code >= 400)
-                    .map(|code| code.to_string())
-            })
-            .or_else(|| self.status_error.then(|| attr::ERROR_TYPE_OTHER.to_owned()))
+        try_error_type(self.error_type.clone(), self.status_code, self.status_error)
     }
+}
+
+/// The try rule of SPEC §2: `error.type`, else an HTTP status of 400 or more, else `_OTHER`
+/// when the span status is ERROR.
+pub fn try_error_type(
+    error_type: Option<String>,
+    status_code: Option<i64>,
+    status_error: bool,
+) -> Option<String> {
+    error_type
+        .or_else(|| {
+            status_code
+                .filter(|code| *code >= 400)
+                .map(|code| code.to_string())
+        })
+        .or_else(|| status_error.then(|| attr::ERROR_TYPE_OTHER.to_owned()))
+}
+
+/// The host of a URL (`https://api.example.com:443/v1` → `api.example.com`), without parsing
+/// more than that.
+fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split_once(']').map(|(h, _)| h)?
+    } else {
+        host_port.split(':').next()?
+    };
+    (!host.is_empty()).then(|| host.to_owned())
+}
+
+/// An instrumentation scope's name as spans share it; `None` when empty.
+pub fn scope_name(name: Option<&str>) -> Option<Arc<str>> {
+    name.filter(|n| !n.is_empty()).map(Arc::from)
 }
 
 /// Trace and span ids back from the hex a row holds them in.
@@ -588,6 +684,15 @@ pub(crate) struct FactsReader {
     legacy_input: Count,
     legacy_cached: Count,
     legacy_output: Count,
+    legacy_cache_write: Count,
+    ai_cached: Count,
+    ai_cache_read: Count,
+    /// `url.full`, else the legacy `http.url`: a try's host when it has no `server.address`.
+    url: Option<String>,
+    /// `gen_ai.operation.name`: whether a GenAI span is a model span.
+    operation: Option<String>,
+    /// `ai.operationId`: whether the span is a Vercel AI SDK call span.
+    ai_operation: Option<String>,
 }
 
 impl FactsReader {
@@ -612,15 +717,23 @@ impl FactsReader {
                 model_family: None,
                 input_tokens: Count::Missing,
                 cached_input_tokens: Count::Missing,
+                cache_write_input_tokens: Count::Missing,
                 output_tokens: Count::Missing,
                 output_cap: Count::Missing,
                 output_reached_client: None,
                 error_type: None,
+                failed: false,
+                status_error: false,
                 sdk_estimated_incremental_usd: None,
                 sdk_remaining_envelope_usd: None,
                 sdk_decision_reason: None,
                 captured: CapturedAttributes::default(),
                 http: None,
+                declared: false,
+                scope: None,
+                server_address: None,
+                resend_count: None,
+                usage_origin: UsageOrigin::Span,
             },
             role: None,
             has_role: false,
@@ -635,6 +748,12 @@ impl FactsReader {
             legacy_input: Count::Missing,
             legacy_cached: Count::Missing,
             legacy_output: Count::Missing,
+            legacy_cache_write: Count::Missing,
+            ai_cached: Count::Missing,
+            ai_cache_read: Count::Missing,
+            url: None,
+            operation: None,
+            ai_operation: None,
         }
     }
 
@@ -697,13 +816,27 @@ impl FactsReader {
             }
             attr::HTTP_REQUEST_METHOD | attr::LEGACY_HTTP_METHOD => self.has_http_method = true,
             attr::HTTP_RESEND_COUNT => {
-                self.http.resend_count = int(value)
+                facts.resend_count = int(value)
                     .value()
                     .and_then(|c| i32::try_from(c).ok())
                     .filter(|c| *c >= 0);
             }
             attr::HTTP_RESPONSE_STATUS_CODE => self.http.status_code = int(value).value(),
             attr::LEGACY_HTTP_STATUS_CODE => self.legacy_status_code = int(value).value(),
+            attr::SERVER_ADDRESS => facts.server_address = string(value),
+            attr::URL_FULL => self.url = string(value),
+            attr::LEGACY_HTTP_URL => {
+                if self.url.is_none() {
+                    self.url = string(value);
+                }
+            }
+            attr::OPERATION_NAME => self.operation = string(value),
+            attr::AI_OPERATION_ID => self.ai_operation = string(value),
+            attr::CACHE_CREATION_INPUT_TOKENS => facts.cache_write_input_tokens = int(value),
+            attr::LEGACY_CACHE_CREATION_INPUT_TOKENS => self.legacy_cache_write = int(value),
+            attr::AI_CACHED_INPUT_TOKENS => self.ai_cached = int(value),
+            attr::AI_CACHE_READ_TOKENS => self.ai_cache_read = int(value),
+            attr::ASSUMED_OUTPUT_CAP => env.assumed_output_cap = int(value).value(),
             attr::ATTEMPT_INDEX => {
                 self.has_index = true;
                 facts.attempt_index = int(value)
@@ -776,6 +909,12 @@ impl FactsReader {
             legacy_input,
             legacy_cached,
             legacy_output,
+            legacy_cache_write,
+            ai_cached,
+            ai_cache_read,
+            url,
+            operation,
+            ai_operation,
         } = self;
         if env != EnvelopeFields::default() {
             facts.envelope = intern_envelope(env);
@@ -784,32 +923,59 @@ impl FactsReader {
         if facts.input_tokens == Count::Missing {
             facts.input_tokens = legacy_input;
         }
-        if facts.cached_input_tokens == Count::Missing {
-            facts.cached_input_tokens = legacy_cached;
+        for fallback in [legacy_cached, ai_cached, ai_cache_read] {
+            if facts.cached_input_tokens == Count::Missing {
+                facts.cached_input_tokens = fallback;
+            }
+        }
+        if facts.cache_write_input_tokens == Count::Missing {
+            facts.cache_write_input_tokens = legacy_cache_write;
         }
         if facts.output_tokens == Count::Missing {
             facts.output_tokens = legacy_output;
         }
         let error_type_attribute = facts.error_type.clone();
-        if facts.error_type.is_none() && status_error {
-            facts.error_type = Some(attr::ERROR_TYPE_OTHER.to_owned());
-        }
+        facts.failed = error_type_attribute.is_some() || status_error;
+        facts.status_error = status_error;
+        facts.declared = has_role || has_request_id || has_index;
+        let status_code = http.status_code.or(legacy_status_code);
+        let genai = facts.request_model.is_some();
+        let model_operation = operation
+            .as_deref()
+            .is_none_or(|op| attr::MODEL_OPERATIONS.contains(&op));
+        let call_span = ai_operation
+            .as_deref()
+            .is_some_and(|op| attr::CALL_OPERATIONS.contains(&op));
         facts.kind = match role.as_deref() {
             Some(attr::ROLE_LOGICAL_REQUEST) => SpanKind::LogicalRequest,
             Some(attr::ROLE_ATTEMPT) => SpanKind::Attempt,
             _ if has_index => SpanKind::Attempt,
-            _ if facts.request_model.is_some() && facts.request_id.is_some() => SpanKind::Attempt,
-            _ if facts.request_model.is_some() && (has_role || has_request_id) => {
-                SpanKind::DeclaredSingle
-            }
-            _ if facts.request_model.is_some() => SpanKind::SingleAttempt,
+            _ if genai && facts.request_id.is_some() => SpanKind::Attempt,
+            _ if genai && (has_role || has_request_id) => SpanKind::DeclaredSingle,
+            _ if facts.declared => SpanKind::Passthrough,
+            _ if call_span => SpanKind::CallSpan,
+            _ if genai && model_operation => SpanKind::SingleAttempt,
+            _ if genai => SpanKind::Passthrough,
             _ if has_http_method && otlp_kind == OtlpSpanKind::Client as i32 => SpanKind::HttpTry,
             _ => SpanKind::Passthrough,
         };
+        facts.error_type = match facts.kind {
+            // Inference's try rule, applied to the outer span of a call.
+            SpanKind::SingleAttempt | SpanKind::CallSpan => {
+                try_error_type(error_type_attribute.clone(), status_code, status_error)
+            }
+            _ => error_type_attribute
+                .clone()
+                .or_else(|| status_error.then(|| attr::ERROR_TYPE_OTHER.to_owned())),
+        };
         if facts.kind == SpanKind::HttpTry {
-            http.status_code = http.status_code.or(legacy_status_code);
+            http.status_code = status_code;
             http.status_error = status_error;
             http.error_type = error_type_attribute;
+            http.host = facts
+                .server_address
+                .clone()
+                .or_else(|| url.as_deref().and_then(url_host));
             facts.http = Some(Box::new(http));
         }
         facts
@@ -970,6 +1136,9 @@ pub fn parse_envelope_json(json: &str) -> EnvelopeFields {
         .and_then(|raw| serde_json::from_str::<Vec<String>>(raw.get()).ok())
         .map(as_set);
     env.replay_safe = flag("replay_safe");
+    env.assumed_output_cap = number("assumed_output_cap")
+        .filter(|d| d.fract().is_zero())
+        .and_then(|d| i64::try_from(d).ok());
     env.task_type = text("task_type");
     env
 }

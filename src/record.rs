@@ -28,6 +28,7 @@ pub struct AttemptRow {
     pub retry_family: Option<String>,
     pub input_tokens: Option<i64>,
     pub cached_input_tokens: Option<i64>,
+    pub cache_write_input_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
     pub output_cap: Option<i64>,
     pub planned_attempt_usd: Option<Decimal>,
@@ -55,6 +56,13 @@ pub struct AttemptRow {
     pub output_reached_client: Option<bool>,
     /// How the attempt was recognised (SPEC §2).
     pub attempt_source: AttemptSource,
+    /// Where `input_tokens` came from (SPEC §2); `None` when there are none.
+    pub usage_source: Option<UsageSource>,
+    /// Where `output_cap` came from (SPEC §4); `None` when there is none.
+    pub output_cap_source: Option<OutputCapSource>,
+    /// The threshold of the long-context tier that priced the attempt (SPEC §3); `None` for
+    /// base prices.
+    pub price_tier_above_input_tokens: Option<i64>,
     /// Where the envelope came from: [`envelope_source::SPAN`], `policy:<name>`
     /// ([`envelope_source::policy`]), or `None` when the request has none.
     pub envelope_source: Option<String>,
@@ -83,6 +91,7 @@ impl AttemptRow {
             retry_family: None,
             input_tokens: None,
             cached_input_tokens: None,
+            cache_write_input_tokens: None,
             output_tokens: None,
             output_cap: None,
             planned_attempt_usd: None,
@@ -109,6 +118,9 @@ impl AttemptRow {
             violations: Vec::new(),
             output_reached_client: None,
             attempt_source: AttemptSource::Declared,
+            usage_source: None,
+            output_cap_source: None,
+            price_tier_above_input_tokens: None,
             envelope_source: None,
         }
     }
@@ -191,7 +203,29 @@ wire_enum! {
         Declared => "declared",
         Single => "single",
         HttpRetry => "http_retry",
+        ResendCount => "resend_count",
         SiblingRetry => "sibling_retry",
+    }
+}
+
+wire_enum! {
+    /// Where an attempt's input tokens came from (SPEC §2): its own span, its call's nest, or
+    /// another attempt of its request.
+    UsageSource {
+        Span => "span",
+        Call => "call",
+        Borrowed => "borrowed",
+    }
+}
+
+wire_enum! {
+    /// Where an attempt's output cap came from (SPEC §4): stated by the request (its span, or
+    /// inherited within its nest), assumed by the envelope, or the model's maximum in the
+    /// pricing snapshot.
+    OutputCapSource {
+        Request => "request",
+        Envelope => "envelope",
+        Pricing => "pricing",
     }
 }
 

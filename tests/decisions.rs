@@ -48,6 +48,7 @@ fn worked_example() -> DecideRequest {
             allowed_fallback_families: vec!["deepseek".into(), "qwen".into(), "glm".into()],
             replay_safe: None,
             task_type: "support_summary".into(),
+            ..Default::default()
         }),
         service: "checkout".into(),
         task_type: String::new(),
@@ -58,12 +59,14 @@ fn worked_example() -> DecideRequest {
             output_cap: Some(800),
             output_reached_client: Some(false),
             error_type: "timeout".into(),
+            ..Default::default()
         }],
         next: Some(ProposedAttempt {
             model: "glm-5".into(),
             input_tokens: Some(10_000),
             cached_input_tokens: Some(4_000),
             output_cap: Some(800),
+            ..Default::default()
         }),
         at: AT.into(),
     }

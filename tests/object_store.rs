@@ -298,6 +298,10 @@ fn bulky_row(n: usize, reason_bytes: usize) -> AttemptRow {
         output_reached_client: None,
         attempt_source: AttemptSource::Single,
         envelope_source: None,
+        cache_write_input_tokens: None,
+        usage_source: None,
+        output_cap_source: None,
+        price_tier_above_input_tokens: None,
     }
 }
 

@@ -103,6 +103,7 @@ fn good_envelope() -> EnvelopeFields {
         replay_safe: None,
         task_type: Some("support_summary".into()),
         json_invalid: false,
+        ..Default::default()
     }
 }
 
@@ -142,6 +143,7 @@ fn random_envelope() -> impl Strategy<Value = EnvelopeFields> {
                     .map(|f| f.iter().map(|s| (*s).to_owned()).collect()),
                 replay_safe: safe,
                 task_type: task.map(str::to_owned),
+                ..Default::default()
             }
         },
     )
@@ -239,6 +241,7 @@ fn attempt(n: usize) -> BoxedStrategy<SpanFacts> {
                     sdk_decision_reason: None,
                     captured: Default::default(),
                     http: None,
+                    ..Default::default()
                 }
             },
         )
@@ -274,6 +277,7 @@ fn logical(env: EnvelopeFields) -> SpanFacts {
         sdk_decision_reason: None,
         captured: Default::default(),
         http: None,
+        ..Default::default()
     }
 }
 
@@ -297,6 +301,7 @@ fn request() -> BoxedStrategy<(Request, Vec<SpanFacts>)> {
                 attempts,
                 evaluated: Vec::new(),
                 attempt_source: retry_spend_collector::record::AttemptSource::Declared,
+                sources: Vec::new(),
             };
             (request, shuffled)
         })

@@ -8,9 +8,9 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::plain::PlainHold;
+use super::plain::{PlainHold, PlainOffer};
 use super::{GroupKey, Grouper, Offer, Request, Summary};
-use crate::contract::{HttpTry, SpanFacts, SpanId, SpanKind, TraceId};
+use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
 use crate::pipeline::RetrySpendConfig;
 
 /// One assembler's share of the `[processors.retry_spend]` bounds, which are the process's.
@@ -44,9 +44,12 @@ pub struct Ready {
     pub requests: Vec<Request>,
     /// How many of them were evaluated early because the pending cap was hit.
     pub evicted: u64,
-    /// Plain GenAI spans and HTTP tries no longer held (inferred, or let go): those that made
-    /// no row are forwarded as they are.
+    /// Model spans, call spans and HTTP tries no longer held (inferred, or let go): those that
+    /// made no row are forwarded as they are.
     pub consumed: Vec<(TraceId, SpanId)>,
+    /// Model spans that made no row: another instrumentation's span of the same call, or a late
+    /// span of a call already written (SPEC §2).
+    pub duplicates: u64,
 }
 
 #[derive(Debug)]
@@ -70,10 +73,7 @@ impl Assembler {
         let options = ShardBounds::of(config, shards);
         Assembler {
             grouper: Grouper::with_finished_capacity(options.finished_cache_requests),
-            plain: PlainHold::new(
-                options.group_wait,
-                options.finished_cache_requests.saturating_mul(4),
-            ),
+            plain: PlainHold::new(options.group_wait, options.finished_cache_requests),
             options,
             deadlines: BTreeMap::new(),
             deadline_of: HashMap::new(),
@@ -100,21 +100,25 @@ impl Assembler {
         ready: &mut Ready,
         written: bool,
     ) -> Offer {
+        // A row written before a restart is recognised by the worker, which drops it when
+        // inference makes it again; inference itself needs every span of the trace.
         match span.kind {
-            SpanKind::SingleAttempt if !written => {
-                let held = self.plain.offer_genai(span, now);
-                self.enforce_cap(ready);
-                return if held { Offer::Plain } else { Offer::Duplicate };
-            }
-            SpanKind::HttpTry => {
-                let held = HttpTry::of(&span).is_some_and(|try_| self.plain.offer_try(try_, now));
-                if held {
-                    self.enforce_cap(ready);
-                    return Offer::HeldTry;
+            SpanKind::SingleAttempt | SpanKind::CallSpan | SpanKind::HttpTry => {
+                // A try with no parent can be no call's: nothing to infer from it.
+                if span.kind == SpanKind::HttpTry && span.parent_span_id.is_none() {
+                    self.plain.note_link(&span, now);
+                    return Offer::Passthrough;
                 }
-                return Offer::Passthrough;
+                let model = span.kind == SpanKind::SingleAttempt;
+                let offer = self.plain.offer(span, now);
+                self.enforce_cap(ready);
+                return match offer {
+                    PlainOffer::Duplicate => Offer::Duplicate,
+                    PlainOffer::Held if model => Offer::Plain,
+                    PlainOffer::Held => Offer::HeldTry,
+                };
             }
-            _ => {}
+            _ => self.plain.note_link(&span, now),
         }
         let logical_keys = (span.kind == SpanKind::LogicalRequest).then(|| {
             (
@@ -194,13 +198,15 @@ impl Assembler {
     /// Remembers an evaluated request for late retries and re-sent spans (see
     /// [`Grouper::finish`]).
     pub fn finish(&mut self, request: Request) {
-        self.grouper.finish(request);
-        // The finished cache keeps at most half the budget even when nothing is pending: with
+        // Inferred requests are remembered by trace (see [`PlainHold`]): no late attempt joins
+        // them through the grouper.
+        if request.attempt_source == crate::record::AttemptSource::Declared {
+            self.grouper.finish(request);
+        }
+        // The finished caches keep at most half the budget even when nothing is pending: with
         // `attempt_count` set nothing waits, and a cache filling the whole budget was most of
         // the process's memory; the other half stays for requests that do wait.
-        while self.grouper.finished_bytes() > self.options.max_pending_bytes / 2
-            && self.grouper.evict_finished()
-        {}
+        while self.finished_bytes() > self.options.max_pending_bytes / 2 && self.evict_finished() {}
     }
 
     /// [`Assembler::offer`] for a span replayed from the write-ahead log whose row no
@@ -240,7 +246,7 @@ impl Assembler {
     }
 
     pub fn pending_requests(&self) -> usize {
-        self.grouper.pending_groups() + self.plain.pending_runs()
+        self.grouper.pending_groups() + self.plain.pending_traces()
     }
 
     /// The earliest time a pending group or plain run becomes ready by waiting.
@@ -281,8 +287,24 @@ impl Assembler {
     }
 
     fn over_budget(&self) -> bool {
-        self.grouper.pending_bytes() + self.grouper.finished_bytes() + self.plain.held_bytes()
+        self.grouper.pending_bytes()
+            + self.grouper.finished_bytes()
+            + self.plain.held_bytes()
+            + self.plain.finished_bytes()
             > self.options.max_pending_bytes
+    }
+
+    fn finished_bytes(&self) -> usize {
+        self.grouper.finished_bytes() + self.plain.finished_bytes()
+    }
+
+    /// Forgets the oldest finished request, or inferred trace, whichever cache is larger.
+    fn evict_finished(&mut self) -> bool {
+        if self.plain.finished_bytes() > self.grouper.finished_bytes() {
+            self.plain.evict_finished() || self.grouper.evict_finished()
+        } else {
+            self.grouper.evict_finished() || self.plain.evict_finished()
+        }
     }
 
     /// Lets go of the logical span that arrived first and is still waiting for attempts; false
@@ -305,14 +327,14 @@ impl Assembler {
             // Forgetting finished requests costs only late retries their context; evaluating
             // pending ones early can cost a request its later attempts. Forget first.
             if !over_count
-                && self.grouper.finished_bytes() > self.options.max_pending_bytes / 4
-                && self.grouper.evict_finished()
+                && self.finished_bytes() > self.options.max_pending_bytes / 4
+                && self.evict_finished()
             {
                 continue;
             }
             if !over_count
-                && self.plain.bytes() > self.grouper.pending_bytes()
-                && (self.plain.evict_oldest(ready) || self.plain.evict_oldest_tries(ready))
+                && self.plain.held_bytes() > self.grouper.pending_bytes()
+                && self.plain.evict_oldest(ready)
             {
                 continue;
             }
@@ -320,10 +342,7 @@ impl Assembler {
                 // Nothing pending to evaluate: what is left is held for inference, or logical
                 // spans whose attempts have not come (`replay` never lets time pass, so only
                 // the budget lets them go).
-                if self.plain.evict_oldest(ready)
-                    || (!over_count
-                        && (self.plain.evict_oldest_tries(ready) || self.forget_oldest_logical()))
-                {
+                if self.plain.evict_oldest(ready) || (!over_count && self.forget_oldest_logical()) {
                     continue;
                 }
                 break;

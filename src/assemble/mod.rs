@@ -2,15 +2,15 @@
 //!
 //! [`Grouper`] holds spans until their request is complete; `replay` feeds it a whole input and
 //! drains everything, `serve` drains by time and attempt count. Both produce the same
-//! [`Request`]s, which is what makes their rows agree. Plain GenAI spans and HTTP tries go
-//! through [`infer()`] instead, which finds the retries that plain instrumentation shows.
+//! [`Request`]s, which is what makes their rows agree. Model spans, call spans and HTTP tries
+//! go through [`infer_trace`] instead, which finds the retries that plain instrumentation shows.
 
 pub mod infer;
 mod live;
 mod plain;
 pub mod summary;
 
-pub use infer::{infer, PlainSpans};
+pub use infer::{infer_trace, TraceSpans};
 pub use live::{Assembler, Ready};
 pub use summary::{ContextSpan, Summary};
 
@@ -69,7 +69,10 @@ impl GroupKey {
                 trace_id: span.trace_id,
                 span_id: span.span_id,
             }),
-            SpanKind::LogicalRequest | SpanKind::Passthrough | SpanKind::HttpTry => None,
+            SpanKind::LogicalRequest
+            | SpanKind::Passthrough
+            | SpanKind::HttpTry
+            | SpanKind::CallSpan => None,
         }
     }
 
@@ -111,6 +114,9 @@ pub struct Request {
     pub evaluated: Vec<SpanFacts>,
     /// Where the grouping came from: the `attempt_source` column.
     pub attempt_source: AttemptSource,
+    /// Inferred requests: the model spans and call spans of their calls, which state the
+    /// envelope, task type and policy attributes (SPEC §2); never rows.
+    pub sources: Vec<SpanFacts>,
 }
 
 /// A request with more attempts than this is evaluated in parts as they arrive (live), and no
@@ -269,7 +275,7 @@ impl Grouper {
 
     pub fn offer(&mut self, span: SpanFacts) -> Offer {
         match span.kind {
-            SpanKind::Passthrough | SpanKind::HttpTry => Offer::Passthrough,
+            SpanKind::Passthrough | SpanKind::HttpTry | SpanKind::CallSpan => Offer::Passthrough,
             SpanKind::LogicalRequest => self.offer_logical(span),
             SpanKind::Attempt | SpanKind::SingleAttempt | SpanKind::DeclaredSingle => {
                 let Some(key) = GroupKey::of(&span) else {
@@ -525,6 +531,7 @@ impl Grouper {
             attempts,
             evaluated,
             attempt_source,
+            sources: Vec::new(),
         })
     }
 

@@ -1,277 +1,254 @@
-//! `serve`'s side of "Attempts inferred from plain instrumentation" (SPEC §2): plain GenAI
-//! spans wait by `(trace, parent)` for `group_wait` after the latest of them (or of their HTTP
-//! tries), HTTP tries wait by trace for their GenAI parent, and [`infer`] then makes requests of
-//! them exactly as `replay` does for its whole input.
+//! `serve`'s side of "Attempts inferred from plain instrumentation" (SPEC §2): what inference
+//! needs is held per trace for `group_wait` after the trace's latest span (model spans, call
+//! spans and HTTP tries in full, every other span's parent link), then [`infer_trace`] makes
+//! requests of it exactly as `replay` does for its whole input. A trace inferred once is
+//! remembered, within bounds, so its late spans are judged as SPEC §2 says.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::infer::infer;
+use super::infer::{infer_trace, EarlierTrace, Link, TraceSpans};
 use super::{FastMap, FastSet, Ready};
-use crate::contract::{HttpTry, SpanFacts, SpanId, TraceId};
+use crate::contract::{HttpTry, SpanFacts, SpanId, SpanKind, TraceId};
 
-/// Plain GenAI spans of one trace and parent form runs among themselves.
-type RunKey = (TraceId, Option<SpanId>);
-
-/// What one held HTTP try costs: the compact facts, map slots and its id in the seen set.
+/// What one held HTTP try costs: the compact facts, its map slots and id.
 const TRY_BYTES: usize = std::mem::size_of::<HttpTry>() + 64;
-const RUN_OVERHEAD_BYTES: usize = 192;
+/// One span's link while held, and while remembered.
+const LINK_BYTES: usize = std::mem::size_of::<Link>() + 24;
+const TRACE_OVERHEAD_BYTES: usize = 256;
 
+/// One trace's spans waiting for inference.
 #[derive(Debug)]
-struct Run {
-    spans: Vec<SpanFacts>,
-    slot: (Instant, u64),
+struct Held {
+    spans: TraceSpans,
+    /// Ids of the model spans, call spans and tries held, so a re-sent copy is known.
+    ids: FastSet<SpanId>,
+    last_seen: Instant,
     bytes: usize,
 }
 
+/// What is remembered of a trace after inference.
 #[derive(Debug, Default)]
-struct TraceTries {
-    by_parent: FastMap<SpanId, Vec<HttpTry>>,
-    last_seen: Option<Instant>,
-    count: usize,
+struct Finished {
+    earlier: EarlierTrace,
+    /// Ids of its model spans, call spans and tries: a re-sent copy is a duplicate.
+    ids: FastSet<SpanId>,
+    bytes: usize,
+}
+
+/// What became of a span offered for inference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PlainOffer {
+    /// Held in full until its trace is inferred.
+    Held,
+    /// Seen before: ignored.
+    Duplicate,
 }
 
 #[derive(Debug)]
 pub(super) struct PlainHold {
     group_wait: Duration,
-    runs: FastMap<RunKey, Run>,
-    deadlines: BTreeMap<(Instant, u64), RunKey>,
-    /// The run each held GenAI span waits in, so its tries can extend that run's wait.
-    run_of: FastMap<(TraceId, SpanId), RunKey>,
-    tries: FastMap<TraceId, TraceTries>,
-    /// When each trace last received a try, oldest first (entries may be stale).
-    try_arrivals: VecDeque<(Instant, TraceId)>,
-    /// Plain spans held or already inferred: a re-sent copy is a duplicate. Bounded: the oldest
-    /// are forgotten first.
-    seen: FastSet<(TraceId, SpanId)>,
-    seen_order: VecDeque<(TraceId, SpanId)>,
-    seen_capacity: usize,
-    sequence: u64,
+    traces: FastMap<TraceId, Held>,
+    /// Held traces by the time they last received a span; one entry each, requeued when it
+    /// comes due and the trace received spans since.
+    queue: VecDeque<(Instant, TraceId)>,
+    finished: FastMap<TraceId, Finished>,
+    finished_order: VecDeque<TraceId>,
+    finished_capacity: usize,
     bytes: usize,
+    finished_bytes: usize,
 }
 
 impl PlainHold {
-    pub(super) fn new(group_wait: Duration, seen_capacity: usize) -> PlainHold {
+    pub(super) fn new(group_wait: Duration, finished_capacity: usize) -> PlainHold {
         PlainHold {
             group_wait,
-            runs: FastMap::default(),
-            deadlines: BTreeMap::new(),
-            run_of: FastMap::default(),
-            tries: FastMap::default(),
-            try_arrivals: VecDeque::new(),
-            seen: FastSet::default(),
-            seen_order: VecDeque::new(),
-            seen_capacity: seen_capacity.max(1),
-            sequence: 0,
+            traces: FastMap::default(),
+            queue: VecDeque::new(),
+            finished: FastMap::default(),
+            finished_order: VecDeque::new(),
+            finished_capacity,
             bytes: 0,
+            finished_bytes: 0,
         }
     }
 
-    /// Holds a plain GenAI span; false when it was seen before.
-    pub(super) fn offer_genai(&mut self, span: SpanFacts, now: Instant) -> bool {
-        let id = (span.trace_id, span.span_id);
-        if !self.remember(id) {
-            return false;
+    /// Holds a model span, call span or HTTP try in full.
+    pub(super) fn offer(&mut self, span: SpanFacts, now: Instant) -> PlainOffer {
+        let trace_id = span.trace_id;
+        if self
+            .finished
+            .get(&trace_id)
+            .is_some_and(|f| f.ids.contains(&span.span_id))
+        {
+            return PlainOffer::Duplicate;
         }
-        let key = (span.trace_id, span.parent_span_id);
-        let bytes = span.retained_bytes();
+        let held = self.held(trace_id, now);
+        if !held.ids.insert(span.span_id) {
+            return PlainOffer::Duplicate;
+        }
+        let bytes = match span.kind {
+            SpanKind::HttpTry => TRY_BYTES,
+            _ => span.retained_bytes(),
+        } + LINK_BYTES
+            + 16;
+        held.bytes += bytes;
+        held.spans.push(span);
         self.bytes += bytes;
-        self.run_of.insert(id, key);
-        let slot = self.next_slot(now);
-        match self.runs.get_mut(&key) {
-            Some(run) => {
-                self.deadlines.remove(&run.slot);
-                run.slot = slot;
-                run.bytes += bytes;
-                run.spans.push(span);
-            }
-            None => {
-                self.bytes += RUN_OVERHEAD_BYTES;
-                self.runs.insert(
-                    key,
-                    Run {
-                        spans: vec![span],
-                        slot,
-                        bytes: bytes + RUN_OVERHEAD_BYTES,
-                    },
-                );
-            }
-        }
-        self.deadlines.insert(slot, key);
-        true
+        PlainOffer::Held
     }
 
-    /// Holds an HTTP try's facts for its GenAI parent. False when nothing is held: the try was
-    /// seen before, or it has no parent (no GenAI span can be above it), so the caller has no
-    /// log record to keep for it.
-    pub(super) fn offer_try(&mut self, try_: HttpTry, now: Instant) -> bool {
-        let id = (try_.trace_id, try_.span_id);
-        if !self.remember(id) {
-            return false;
-        }
-        // A try under a GenAI span that is waiting keeps that span's run waiting too.
-        if let Some(parent) = try_.parent_span_id {
-            if let Some(key) = self.run_of.get(&(try_.trace_id, parent)).copied() {
-                let slot = self.next_slot(now);
-                if let Some(run) = self.runs.get_mut(&key) {
-                    self.deadlines.remove(&run.slot);
-                    run.slot = slot;
-                    self.deadlines.insert(slot, key);
-                }
-            }
-        }
-        let trace = self.tries.entry(try_.trace_id).or_default();
-        trace.last_seen = Some(now);
-        trace.count += 1;
-        self.try_arrivals.push_back((now, try_.trace_id));
-        let Some(parent) = try_.parent_span_id else {
-            // A try with no parent has no GenAI span above it: nothing to infer from it.
-            trace.count -= 1;
-            return false;
-        };
-        trace.by_parent.entry(parent).or_default().push(try_);
-        self.bytes += TRY_BYTES;
-        true
+    /// Notes the parent link of a span inference does not hold in full (declared, and every
+    /// other kind): nests and the scope of declared spans follow links through any span.
+    pub(super) fn note_link(&mut self, span: &SpanFacts, now: Instant) {
+        let held = self.held(span.trace_id, now);
+        held.spans.links.push(Link::of(span));
+        held.bytes += LINK_BYTES;
+        self.bytes += LINK_BYTES;
     }
 
-    /// Runs whose wait has passed become requests; tries whose trace has been quiet for as
-    /// long are let go (they passed through when they arrived).
+    fn held(&mut self, trace_id: TraceId, now: Instant) -> &mut Held {
+        let queue = &mut self.queue;
+        let bytes = &mut self.bytes;
+        let held = self.traces.entry(trace_id).or_insert_with(|| {
+            queue.push_back((now, trace_id));
+            *bytes += TRACE_OVERHEAD_BYTES;
+            Held {
+                spans: TraceSpans::default(),
+                ids: FastSet::default(),
+                last_seen: now,
+                bytes: TRACE_OVERHEAD_BYTES,
+            }
+        });
+        held.last_seen = held.last_seen.max(now);
+        held
+    }
+
+    /// Traces quiet for `group_wait` are inferred.
     pub(super) fn expire(&mut self, now: Instant, ready: &mut Ready) {
-        while let Some((&(deadline, seq), _)) = self.deadlines.first_key_value() {
-            if deadline > now {
+        while let Some(&(queued, trace_id)) = self.queue.front() {
+            if queued + self.group_wait > now {
                 break;
             }
-            if let Some(key) = self.deadlines.remove(&(deadline, seq)) {
-                self.infer_run(key, ready);
+            self.queue.pop_front();
+            let Some(held) = self.traces.get(&trace_id) else {
+                continue;
+            };
+            if held.last_seen + self.group_wait > now {
+                self.queue.push_back((held.last_seen, trace_id));
+                continue;
             }
-        }
-        while let Some(&(arrived, trace)) = self.try_arrivals.front() {
-            if arrived + self.group_wait > now {
-                break;
-            }
-            self.try_arrivals.pop_front();
-            let quiet = self
-                .tries
-                .get(&trace)
-                .is_some_and(|t| t.last_seen.is_none_or(|last| last + self.group_wait <= now));
-            if quiet {
-                if let Some(gone) = self.tries.remove(&trace) {
-                    self.forget_tries(gone, ready);
-                }
-            }
+            self.infer(trace_id, ready);
         }
     }
 
-    /// Every run, now (shutdown); tries left without a parent are let go.
+    /// Every held trace, now (shutdown, or the end of `replay`'s input).
     pub(super) fn drain_all(&mut self, ready: &mut Ready) {
-        let keys: Vec<RunKey> = self.deadlines.values().copied().collect();
-        for key in keys {
-            self.infer_run(key, ready);
+        let mut ids: Vec<TraceId> = self.traces.keys().copied().collect();
+        ids.sort_unstable();
+        for trace_id in ids {
+            self.infer(trace_id, ready);
         }
-        self.deadlines.clear();
-        for (_, gone) in std::mem::take(&mut self.tries) {
-            self.forget_tries(gone, ready);
-        }
-        self.try_arrivals.clear();
+        self.queue.clear();
     }
 
-    /// Infers the run that has waited longest, early (the byte budget); false when none waits.
+    /// Infers the trace that has waited longest, early (the byte budget); false when none is
+    /// held.
     pub(super) fn evict_oldest(&mut self, ready: &mut Ready) -> bool {
-        let Some((_, key)) = self.deadlines.pop_first() else {
-            return false;
-        };
-        self.infer_run(key, ready);
-        ready.evicted += 1;
-        true
-    }
-
-    /// Lets go of the tries of the trace that received one longest ago, early (the byte budget,
-    /// when no run is left to infer); false when none is held. A GenAI span of that trace
-    /// arriving later is judged without them.
-    pub(super) fn evict_oldest_tries(&mut self, ready: &mut Ready) -> bool {
-        while let Some((_, trace)) = self.try_arrivals.pop_front() {
-            if let Some(gone) = self.tries.remove(&trace) {
-                self.forget_tries(gone, ready);
+        while let Some((_, trace_id)) = self.queue.pop_front() {
+            if let Some(held) = self.traces.get(&trace_id) {
+                if held.spans.inferable() {
+                    ready.evicted += 1;
+                }
+                self.infer(trace_id, ready);
                 return true;
             }
         }
         false
     }
 
-    /// Estimated bytes of the runs and tries held (the seen ids apart: they are bounded by
-    /// count and cannot be let go early).
+    /// Forgets the oldest inferred trace; false when none is remembered. Its late spans are
+    /// then judged as a new trace's.
+    pub(super) fn evict_finished(&mut self) -> bool {
+        while let Some(trace_id) = self.finished_order.pop_front() {
+            if let Some(gone) = self.finished.remove(&trace_id) {
+                self.finished_bytes = self.finished_bytes.saturating_sub(gone.bytes);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Estimated bytes of the traces held for inference.
     pub(super) fn held_bytes(&self) -> usize {
         self.bytes
     }
 
-    pub(super) fn pending_runs(&self) -> usize {
-        self.runs.len()
+    /// Estimated bytes of the inferred traces remembered.
+    pub(super) fn finished_bytes(&self) -> usize {
+        self.finished_bytes
     }
 
-    pub(super) fn bytes(&self) -> usize {
-        self.bytes + self.seen_order.len() * SPAN_ID_SLOT
+    /// Held traces with a model span: requests to come.
+    pub(super) fn pending_traces(&self) -> usize {
+        self.traces
+            .values()
+            .filter(|held| held.spans.inferable())
+            .count()
     }
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
-        self.deadlines.first_key_value().map(|(&(d, _), _)| d)
+        self.queue
+            .front()
+            .map(|&(queued, _)| queued + self.group_wait)
     }
 
-    fn infer_run(&mut self, key: RunKey, ready: &mut Ready) {
-        let Some(run) = self.runs.remove(&key) else {
+    fn infer(&mut self, trace_id: TraceId, ready: &mut Ready) {
+        let Some(held) = self.traces.remove(&trace_id) else {
             return;
         };
-        self.deadlines.remove(&run.slot);
-        self.bytes = self.bytes.saturating_sub(run.bytes);
-        let mut tries = Vec::new();
-        let mut trace = self.tries.get_mut(&key.0);
-        for span in &run.spans {
-            self.run_of.remove(&(span.trace_id, span.span_id));
-            ready.consumed.push((span.trace_id, span.span_id));
-            if let Some(t) = trace.as_deref_mut() {
-                if let Some(under) = t.by_parent.remove(&span.span_id) {
-                    t.count -= under.len();
-                    self.bytes = self.bytes.saturating_sub(under.len() * TRY_BYTES);
-                    ready
-                        .consumed
-                        .extend(under.iter().map(|t| (t.trace_id, t.span_id)));
-                    tries.extend(under);
-                }
+        self.bytes = self.bytes.saturating_sub(held.bytes);
+        let Held { spans, ids, .. } = held;
+        ready
+            .consumed
+            .extend(ids.iter().map(|&span_id| (trace_id, span_id)));
+        if !spans.inferable() {
+            return;
+        }
+        let model_ids: FastSet<SpanId> = spans.models.iter().map(|m| m.span_id).collect();
+        let links = spans.links.clone();
+        let earlier = self.finished.get(&trace_id).map(|f| &f.earlier);
+        let inferred = infer_trace(trace_id, spans, earlier);
+        ready.requests.extend(inferred.requests);
+        ready.duplicates += inferred.duplicates as u64;
+        if self.finished_capacity == 0 {
+            return;
+        }
+        if !self.finished.contains_key(&trace_id) {
+            while self.finished.len() >= self.finished_capacity && self.evict_finished() {}
+            self.finished_order.push_back(trace_id);
+        }
+        let finished = self.finished.entry(trace_id).or_default();
+        let mut bytes = 0;
+        for link in links {
+            let model = model_ids.contains(&link.span_id);
+            if finished
+                .earlier
+                .links
+                .insert(link.span_id, (link, model))
+                .is_none()
+            {
+                bytes += LINK_BYTES;
             }
         }
-        if trace.is_some_and(|t| t.count == 0) {
-            self.tries.remove(&key.0);
-        }
-        ready.requests.extend(infer(run.spans, tries));
-    }
-
-    fn forget_tries(&mut self, gone: TraceTries, ready: &mut Ready) {
-        for (_, under) in gone.by_parent {
-            self.bytes = self.bytes.saturating_sub(under.len() * TRY_BYTES);
-            ready
-                .consumed
-                .extend(under.iter().map(|t| (t.trace_id, t.span_id)));
-        }
-    }
-
-    fn next_slot(&mut self, now: Instant) -> (Instant, u64) {
-        self.sequence += 1;
-        (now + self.group_wait, self.sequence)
-    }
-
-    /// Notes a span id; false when it is already known.
-    fn remember(&mut self, id: (TraceId, SpanId)) -> bool {
-        if !self.seen.insert(id) {
-            return false;
-        }
-        self.seen_order.push_back(id);
-        while self.seen_order.len() > self.seen_capacity {
-            if let Some(old) = self.seen_order.pop_front() {
-                self.seen.remove(&old);
+        for id in ids {
+            if finished.ids.insert(id) {
+                bytes += 16;
             }
         }
-        true
+        bytes += inferred.calls.len() * std::mem::size_of::<super::infer::CallSignature>();
+        finished.earlier.calls.extend(inferred.calls);
+        finished.bytes += bytes;
+        self.finished_bytes += bytes;
     }
 }
-
-/// A span id in the seen set: its slot and its place in the eviction order.
-const SPAN_ID_SLOT: usize = 48;

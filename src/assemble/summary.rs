@@ -121,7 +121,7 @@ impl ContextSpan {
             sdk_remaining_envelope_usd: None,
             sdk_decision_reason: None,
             captured: self.captured.clone(),
-            http: None,
+            ..SpanFacts::default()
         }
     }
 

@@ -106,8 +106,10 @@ fn read_resource_spans(
         if keep_raw {
             out.raw.reserve(spans.len());
         }
+        let scope_name = read_scope_name(bytes, &scope)?;
         for span in spans {
             let mut facts = read_span(bytes, span.clone(), &service, keys)?;
+            facts.scope = scope_name.clone();
             for (key, value) in &resource_captures {
                 facts
                     .captured
@@ -128,6 +130,21 @@ fn read_resource_spans(
         }
     }
     Ok(())
+}
+
+/// The `name` of the scope's `InstrumentationScope` (the last one, as prost merges them).
+fn read_scope_name(bytes: &Bytes, scopes: &[Range<usize>]) -> Result<Option<Arc<str>>, WireError> {
+    let mut name = None;
+    for range in scopes {
+        let mut r = Reader::sub(bytes, range.clone());
+        while let Some((field, wire_type)) = r.key()? {
+            match (field, wire_type) {
+                (1, LEN) => name = Some(utf8(r.slice()?)?),
+                _ => r.skip(wire_type)?,
+            }
+        }
+    }
+    Ok(crate::contract::scope_name(name))
 }
 
 /// (key, value in string form) of the attributes policies name.

@@ -58,6 +58,8 @@ struct RawEnvelope<'a> {
     replay_safe: Raw<'a>,
     #[serde(borrow, default, alias = "taskType")]
     task_type: Raw<'a>,
+    #[serde(borrow, default, alias = "assumedOutputCap")]
+    assumed_output_cap: Raw<'a>,
 }
 
 /// An attempt made, or the proposed one (whose last two fields mean nothing yet).
@@ -76,6 +78,8 @@ struct RawAttempt<'a> {
     output_reached_client: Raw<'a>,
     #[serde(borrow, default, alias = "errorType")]
     error_type: Raw<'a>,
+    #[serde(borrow, default, alias = "cacheWriteInputTokens")]
+    cache_write_input_tokens: Raw<'a>,
 }
 
 /// Reads a request body. Every problem is the caller's and names its field.
@@ -127,6 +131,7 @@ fn envelope(raw: &RawValue) -> Result<Option<Envelope>, Malformed> {
         )?,
         replay_safe: flag(&field("replay_safe"), e.replay_safe)?,
         task_type: string(&field("task_type"), e.task_type)?,
+        assumed_output_cap: count(&field("assumed_output_cap"), e.assumed_output_cap)?,
     }))
 }
 
@@ -140,6 +145,10 @@ fn attempt(path: &str, raw: &RawValue) -> Result<Attempt, Malformed> {
         output_cap: count(&field("output_cap"), a.output_cap)?,
         output_reached_client: flag(&field("output_reached_client"), a.output_reached_client)?,
         error_type: string(&field("error_type"), a.error_type)?,
+        cache_write_input_tokens: count(
+            &field("cache_write_input_tokens"),
+            a.cache_write_input_tokens,
+        )?,
     })
 }
 
@@ -157,6 +166,10 @@ fn proposed(raw: &RawValue) -> Result<Option<ProposedAttempt>, Malformed> {
         input_tokens: count("next.input_tokens", a.input_tokens)?,
         cached_input_tokens: count("next.cached_input_tokens", a.cached_input_tokens)?,
         output_cap: count("next.output_cap", a.output_cap)?,
+        cache_write_input_tokens: count(
+            "next.cache_write_input_tokens",
+            a.cache_write_input_tokens,
+        )?,
     }))
 }
 

@@ -113,6 +113,7 @@ pub fn read(question: DecideRequest, now: DateTime<Utc>) -> Result<Question, Mal
                 attempt.input_tokens,
                 attempt.cached_input_tokens,
                 attempt.output_cap,
+                attempt.cache_write_input_tokens,
             ],
         );
         span.output_reached_client = attempt.output_reached_client;
@@ -130,7 +131,12 @@ pub fn read(question: DecideRequest, now: DateTime<Utc>) -> Result<Question, Mal
         &service_name,
         start,
         next.model,
-        [next.input_tokens, next.cached_input_tokens, next.output_cap],
+        [
+            next.input_tokens,
+            next.cached_input_tokens,
+            next.output_cap,
+            next.cache_write_input_tokens,
+        ],
     );
     Ok(Question {
         request: Request {
@@ -142,19 +148,20 @@ pub fn read(question: DecideRequest, now: DateTime<Utc>) -> Result<Question, Mal
             attempts: vec![proposed],
             evaluated,
             attempt_source: AttemptSource::Declared,
+            sources: Vec::new(),
         },
         envelope_in_request,
     })
 }
 
-/// The span an SDK would write for attempt `index`: its model, input, cached input and output
-/// cap tokens, started at `start`.
+/// The span an SDK would write for attempt `index`: its model, input, cached input, output cap
+/// and cache-write tokens, started at `start`.
 fn attempt_span(
     index: usize,
     service_name: &Arc<str>,
     start: u64,
     model: String,
-    [input, cached, cap]: [Option<i64>; 3],
+    [input, cached, cap, cache_write]: [Option<i64>; 4],
 ) -> SpanFacts {
     let count = |value: Option<i64>| value.map_or(Count::Missing, Count::Value);
     SpanFacts {
@@ -177,15 +184,11 @@ fn attempt_span(
         model_family: None,
         input_tokens: count(input),
         cached_input_tokens: count(cached),
+        cache_write_input_tokens: count(cache_write),
         output_tokens: Count::Missing,
         output_cap: count(cap),
-        output_reached_client: None,
-        error_type: None,
-        sdk_estimated_incremental_usd: None,
-        sdk_remaining_envelope_usd: None,
-        sdk_decision_reason: None,
-        captured: Default::default(),
-        http: None,
+        declared: true,
+        ..SpanFacts::default()
     }
 }
 
@@ -202,6 +205,7 @@ fn read_envelope(envelope: proto::Envelope) -> Result<EnvelopeFields, Malformed>
         mut allowed_fallback_families,
         replay_safe,
         task_type,
+        assumed_output_cap,
     } = envelope;
     // A set, as the span reader keeps it: `["qwen","glm"]` and `["glm","qwen"]` are one policy.
     allowed_fallback_families.sort();
@@ -220,6 +224,7 @@ fn read_envelope(envelope: proto::Envelope) -> Result<EnvelopeFields, Malformed>
         allowed_fallback_families: (!allowed_fallback_families.is_empty())
             .then_some(allowed_fallback_families),
         replay_safe,
+        assumed_output_cap,
         task_type: non_empty(task_type),
     })
 }

@@ -96,6 +96,7 @@ fn seed_envelope() -> Envelope {
         allowed_fallback_families: vec!["deepseek".into(), "qwen".into(), "glm".into()],
         replay_safe: None,
         task_type: String::new(),
+        ..Default::default()
     }
 }
 
@@ -108,6 +109,7 @@ fn made(model: &str) -> Attempt {
         output_cap: Some(800),
         output_reached_client: None,
         error_type: String::new(),
+        ..Default::default()
     }
 }
 
@@ -117,6 +119,7 @@ fn proposed(model: &str) -> ProposedAttempt {
         input_tokens: Some(10_000),
         cached_input_tokens: Some(4_000),
         output_cap: Some(800),
+        ..Default::default()
     }
 }
 
@@ -748,6 +751,7 @@ fn envelope_strategy() -> impl Strategy<Value = Envelope> {
                 allowed_fallback_families: families.into_iter().map(str::to_owned).collect(),
                 replay_safe,
                 task_type,
+                ..Default::default()
             },
         )
 }
@@ -768,6 +772,7 @@ fn attempt_strategy() -> impl Strategy<Value = Attempt> {
             output_cap: cap,
             output_reached_client: reached,
             error_type: error,
+            ..Default::default()
         })
 }
 
@@ -802,6 +807,7 @@ fn question_strategy() -> impl Strategy<Value = DecideRequest> {
                         input_tokens: input,
                         cached_input_tokens: cached,
                         output_cap: cap,
+                        ..Default::default()
                     }),
                     at,
                 }
@@ -951,6 +957,7 @@ fn hostile_question() -> impl Strategy<Value = DecideRequest> {
             allowed_fallback_families: h,
             replay_safe: i,
             task_type: j,
+            ..Default::default()
         });
     let attempt = (
         any_text(),
@@ -967,6 +974,7 @@ fn hostile_question() -> impl Strategy<Value = DecideRequest> {
             output_cap: cap,
             output_reached_client: reached,
             error_type: error,
+            ..Default::default()
         });
     let next = (any_text(), any_count(), any_count(), any_count()).prop_map(
         |(model, input, cached, cap)| ProposedAttempt {
@@ -974,6 +982,7 @@ fn hostile_question() -> impl Strategy<Value = DecideRequest> {
             input_tokens: input,
             cached_input_tokens: cached,
             output_cap: cap,
+            ..Default::default()
         },
     );
     (

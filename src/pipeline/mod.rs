@@ -22,7 +22,9 @@ pub use watermark::Watermark;
 pub use worker::{Worker, WorkerSummary, PARQUET_COMPONENT};
 
 use crate::assemble::{Grouper, Offer, Request};
-use crate::contract::{service_name, AttributeKeys, SpanFacts};
+use std::sync::Arc;
+
+use crate::contract::{scope_name, service_name, AttributeKeys, SpanFacts};
 use crate::policy::PolicySet;
 use crate::pricing::PricingBook;
 use crate::record::AttemptRow;
@@ -84,8 +86,15 @@ pub fn span_facts_with<'a>(
             resource_spans
                 .scope_spans
                 .iter()
-                .flat_map(|scope| scope.spans.iter())
-                .map(move |span| SpanFacts::from_span_with(span, &service, resource, keys))
+                .flat_map(move |scope_spans| {
+                    let scope = scope_name(scope_spans.scope.as_ref().map(|s| s.name.as_str()));
+                    let service = Arc::clone(&service);
+                    scope_spans.spans.iter().map(move |span| {
+                        let mut facts = SpanFacts::from_span_with(span, &service, resource, keys);
+                        facts.scope = scope.clone();
+                        facts
+                    })
+                })
         })
 }
 

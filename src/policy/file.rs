@@ -52,6 +52,7 @@ struct RawEnvelope {
     allow_family_fallback: Option<bool>,
     allowed_fallback_families: Option<Vec<String>>,
     replay_safe: Option<bool>,
+    assumed_output_cap: Option<i64>,
     task_type: Option<String>,
 }
 
@@ -232,6 +233,7 @@ impl Problems<'_> {
             allow_family_fallback: raw.allow_family_fallback,
             allowed_fallback_families,
             replay_safe: raw.replay_safe,
+            assumed_output_cap: raw.assumed_output_cap,
             task_type,
         }
     }

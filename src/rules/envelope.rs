@@ -41,6 +41,10 @@ impl Envelope {
         if let Some(task_type) = self.fields.task_type.take() {
             fields.task_type = Some(task_type);
         }
+        // The request's own spans' cap comes before the policy's (SPEC §4).
+        if let Some(cap) = self.fields.assumed_output_cap.take() {
+            fields.assumed_output_cap = Some(cap);
+        }
         if policy.pins_latest() {
             match first_date.and_then(|date| book.latest_on_or_before(date)) {
                 Some(snapshot) => {
@@ -67,10 +71,15 @@ impl Envelope {
 ///
 /// Values are compared after parsing and an absent value never conflicts. On a conflict each
 /// figure comes from the logical request span, else from the lowest-index attempt that has it.
-pub fn resolve(logical: Option<&SpanFacts>, attempts: &[&SpanFacts]) -> Envelope {
+pub fn resolve(
+    logical: Option<&SpanFacts>,
+    attempts: &[&SpanFacts],
+    others: &[SpanFacts],
+) -> Envelope {
     let sources = logical
         .into_iter()
         .chain(attempts.iter().copied())
+        .chain(others)
         .flat_map(|span| std::iter::once(&span.envelope).chain(span.envelope_json.as_ref()));
 
     let mut merged = EnvelopeFields::default();
@@ -96,6 +105,7 @@ pub fn resolve(logical: Option<&SpanFacts>, attempts: &[&SpanFacts]) -> Envelope
             &source.allowed_fallback_families,
         );
         conflict |= merge(&mut merged.replay_safe, &source.replay_safe);
+        conflict |= merge(&mut merged.assumed_output_cap, &source.assumed_output_cap);
         conflict |= merge(&mut merged.task_type, &source.task_type);
     }
     // Sources are in precedence order (logical span first, then attempts by index) and `merge`

@@ -13,10 +13,14 @@ use std::collections::HashSet;
 use rust_decimal::Decimal;
 
 use crate::assemble::{GroupKey, Request};
+use crate::contract::UsageOrigin;
 use crate::contract::{Count, EnvelopeFields, SpanFacts, SpanId};
 use crate::policy::{PolicySet, Subject};
 use crate::pricing::{add_exact, cost_usd, sub_exact, ModelPrice, PricingBook, Snapshot, Usage};
-use crate::record::{AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation};
+use crate::record::{
+    AttemptRow, AttemptSource, Decision, OutputCapSource, SpendClass, UnauditedReason, UsageSource,
+    Violation,
+};
 
 /// Settings of the rules that are policy, not contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +81,7 @@ fn apply_policy(
         .logical
         .iter()
         .chain(attempts.iter().copied())
+        .chain(&request.sources)
         .collect();
     let subject = Subject {
         service: &first.service_name,
@@ -99,9 +104,14 @@ struct Priced<'a> {
     index: i32,
     price: Option<&'a ModelPrice>,
     family: Option<&'a str>,
+    /// The cap planned with (SPEC §4) and where it came from.
+    output_cap: Count,
+    output_cap_source: Option<OutputCapSource>,
     usage_invalid: bool,
     planned: Option<Decimal>,
     actual: Option<Decimal>,
+    /// The threshold of the tier that priced the attempt.
+    tier: Option<i64>,
 }
 
 /// [`evaluate_with`] without envelope policies.
@@ -136,7 +146,7 @@ pub fn evaluate_into(
     let mut attempts: Vec<&SpanFacts> = request.evaluated.iter().chain(&request.attempts).collect();
     let already_written: HashSet<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
     let indices = order_attempts(&mut attempts);
-    let mut envelope = envelope::resolve(request.logical.as_ref(), &attempts);
+    let mut envelope = envelope::resolve(request.logical.as_ref(), &attempts, &request.sources);
     if !envelope.present() && !policies.is_empty() {
         apply_policy(&mut envelope, request, &attempts, policies, book);
     }
@@ -157,7 +167,16 @@ pub fn evaluate_into(
         .iter()
         .copied()
         .zip(&indices)
-        .map(|(span, &index)| price_attempt(span, index, book, snapshot, group_ratio))
+        .map(|(span, &index)| {
+            price_attempt(
+                span,
+                index,
+                book,
+                snapshot,
+                group_ratio,
+                env.assumed_output_cap,
+            )
+        })
         .collect();
 
     let first = priced.iter().find(|p| p.index == 0);
@@ -507,8 +526,9 @@ fn build_row(
         retry_family: attempt.family.map(str::to_owned),
         input_tokens: span.input_tokens.value(),
         cached_input_tokens: span.cached_input_tokens.value(),
+        cache_write_input_tokens: span.cache_write_input_tokens.value(),
         output_tokens: span.output_tokens.value(),
-        output_cap: span.output_cap.value(),
+        output_cap: attempt.output_cap.value(),
         planned_attempt_usd: attempt.planned,
         actual_attempt_usd: attempt.actual,
         estimated_incremental_usd: figures.estimated,
@@ -533,10 +553,36 @@ fn build_row(
         violations: judged.violations,
         output_reached_client: span.output_reached_client,
         attempt_source: shared.attempt_source,
+        usage_source: (span.input_tokens != Count::Missing).then_some(match span.usage_origin {
+            UsageOrigin::Span => UsageSource::Span,
+            UsageOrigin::Call => UsageSource::Call,
+            UsageOrigin::Borrowed => UsageSource::Borrowed,
+        }),
+        output_cap_source: attempt.output_cap_source,
+        price_tier_above_input_tokens: attempt.tier,
         envelope_source: shared.envelope_source.clone(),
     };
     row.decision_reason = reason::sentence(&row);
     row
+}
+
+/// The cap an attempt is planned with (SPEC §4): its own (for inferred attempts, inherited in
+/// its nest), else the envelope's assumed cap (the spans' before a policy's), else the
+/// snapshot's `max_output_tokens` for the model.
+fn output_cap(
+    span: &SpanFacts,
+    assumed: Option<i64>,
+    price: Option<&ModelPrice>,
+) -> (Count, Option<OutputCapSource>) {
+    if span.output_cap != Count::Missing {
+        (span.output_cap, Some(OutputCapSource::Request))
+    } else if let Some(cap) = assumed {
+        (Count::Value(cap), Some(OutputCapSource::Envelope))
+    } else if let Some(cap) = price.and_then(pending_pricing::max_output_tokens) {
+        (Count::Value(cap), Some(OutputCapSource::Pricing))
+    } else {
+        (Count::Missing, None)
+    }
 }
 
 fn price_attempt<'a>(
@@ -545,42 +591,51 @@ fn price_attempt<'a>(
     book: &'a PricingBook,
     snapshot: Option<&'a Snapshot>,
     group_ratio: Option<Decimal>,
+    assumed_output_cap: Option<i64>,
 ) -> Priced<'a> {
     let price = snapshot
         .zip(span.request_model.as_deref())
         .and_then(|(s, m)| s.models.get(m));
     let family = model_family(span, price, book);
-    let counts_invalid = usage_is_invalid(span);
+    let (cap, output_cap_source) = output_cap(span, assumed_output_cap, price);
+    let counts_invalid = usage_is_invalid(span, cap);
+    let usage = |output: Count| -> Option<Usage> {
+        Some(Usage {
+            input: span.input_tokens.value()?,
+            cached: span.cached_input_tokens.value().unwrap_or(0),
+            output: output.value()?,
+        })
+    };
     let cost = |output: Count| {
         let (price, ratio) = (price?, group_ratio?);
         if counts_invalid {
             return None;
         }
-        let usage = Usage {
-            input: span.input_tokens.value()?,
-            cached: span.cached_input_tokens.value().unwrap_or(0),
-            output: output.value()?,
-        };
-        cost_usd(price, ratio, usage)
+        cost_usd(price, ratio, usage(output)?)
     };
-    let (planned, actual) = (cost(span.output_cap), cost(span.output_tokens));
+    let (planned, actual) = (cost(cap), cost(span.output_tokens));
     // Counts every check let through, priced by a known snapshot, can still be too large for a
     // decimal to hold the cost exactly: no provider bills that, and an audited row needs figures.
     let priceable = price.is_some() && group_ratio.is_some() && span.input_tokens.value().is_some();
     let unpriceable = |output: Count, cost: Option<Decimal>| {
         priceable && output.value().is_some() && cost.is_none()
     };
-    let usage_invalid = counts_invalid
-        || unpriceable(span.output_cap, planned)
-        || unpriceable(span.output_tokens, actual);
+    let usage_invalid =
+        counts_invalid || unpriceable(cap, planned) || unpriceable(span.output_tokens, actual);
+    let tier = price
+        .zip(span.input_tokens.value())
+        .and_then(|(p, input)| pending_pricing::tier_threshold(p, input));
     Priced {
         span,
         index,
         price,
         family,
+        output_cap: cap,
+        output_cap_source,
         usage_invalid,
         planned: planned.filter(|_| !usage_invalid),
         actual: actual.filter(|_| !usage_invalid),
+        tier,
     }
 }
 
@@ -601,19 +656,25 @@ fn model_family<'a>(
     }
 }
 
-/// A negative or absurd count, or more cached tokens than input tokens.
-fn usage_is_invalid(span: &SpanFacts) -> bool {
+/// A negative or absurd count, or more cached and cache-write tokens than input tokens.
+fn usage_is_invalid(span: &SpanFacts, output_cap: Count) -> bool {
     let counts = [
         span.input_tokens,
         span.cached_input_tokens,
+        span.cache_write_input_tokens,
         span.output_tokens,
-        span.output_cap,
+        output_cap,
     ];
+    let subsets = span
+        .cached_input_tokens
+        .value()
+        .unwrap_or(0)
+        .saturating_add(span.cache_write_input_tokens.value().unwrap_or(0));
     counts.iter().any(|c| c.is_invalid_usage())
-        || matches!(
-            (span.input_tokens.value(), span.cached_input_tokens.value()),
-            (Some(input), Some(cached)) if cached > input
-        )
+        || span
+            .input_tokens
+            .value()
+            .is_some_and(|input| subsets > input)
 }
 
 /// The gateway served another model than requested; a dated variant (`<model>-…`) is not drift.
@@ -687,7 +748,7 @@ fn audit(input: AuditInput<'_>) -> Option<UnauditedReason> {
     if input.attempt.price.is_none() {
         return Some(R::ModelNotInPricing);
     }
-    if span.output_cap == Count::Missing {
+    if input.attempt.output_cap == Count::Missing {
         return Some(R::OutputCapMissing);
     }
     if span.input_tokens == Count::Missing {
@@ -714,6 +775,19 @@ fn audit(input: AuditInput<'_>) -> Option<UnauditedReason> {
 /// OTLP times are u64 nanoseconds; Arrow's are i64. Times past 2262 are clamped, not wrapped.
 fn nanos(t: u64) -> i64 {
     i64::try_from(t).unwrap_or(i64::MAX)
+}
+
+/// Stand-ins until snapshots carry caps and tiers.
+mod pending_pricing {
+    use crate::pricing::ModelPrice;
+
+    pub(super) fn max_output_tokens(_: &ModelPrice) -> Option<i64> {
+        None
+    }
+
+    pub(super) fn tier_threshold(_: &ModelPrice, _: i64) -> Option<i64> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -77,6 +77,7 @@ fn attempt(index: i32, model: &str) -> SpanFacts {
         sdk_decision_reason: None,
         captured: Default::default(),
         http: None,
+        ..Default::default()
     }
 }
 
@@ -107,6 +108,7 @@ fn request_with(env: EnvelopeFields, attempts: Vec<SpanFacts>) -> Request {
         attempts,
         evaluated: vec![],
         attempt_source: crate::record::AttemptSource::Declared,
+        sources: Vec::new(),
     }
 }
 

@@ -6,7 +6,7 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 
 use super::*;
-use crate::contract::{attr, kv, SpanKind};
+use crate::contract::{attr, kv, TraceId, UsageOrigin};
 
 const TRACE: [u8; 16] = [7; 16];
 /// The application span the GenAI calls of most tests run under.
@@ -89,18 +89,17 @@ fn resend(count: i64) -> (&'static str, Value) {
 
 /// Reads the spans as the collector does and infers their requests.
 fn infer_spans(spans: &[Span]) -> Vec<Request> {
-    let mut plain = PlainSpans::default();
+    let mut traces: std::collections::BTreeMap<TraceId, TraceSpans> = Default::default();
     for span in spans {
         let facts = SpanFacts::from_span(span, &Arc::from("svc"));
-        match facts.kind {
-            SpanKind::SingleAttempt => assert!(plain.offer_genai(facts)),
-            SpanKind::HttpTry => {
-                assert!(plain.offer_try(HttpTry::read(span, &facts).expect("a try")))
-            }
-            other => panic!("not a plain span: {other:?}"),
-        }
+        traces.entry(facts.trace_id).or_default().push(facts);
     }
-    plain.infer()
+    let mut requests: Vec<Request> = traces
+        .into_iter()
+        .flat_map(|(trace_id, spans)| infer_trace(trace_id, spans, None).requests)
+        .collect();
+    requests.sort_by(|a, b| a.key.cmp(&b.key));
+    requests
 }
 
 /// One request as (source, request id's last byte, [(span id's last byte, index, error type)]).
@@ -394,7 +393,7 @@ fn sibling_retry_orders_by_start_time_then_span_id_whatever_the_arrival_order() 
 }
 
 #[test]
-fn sibling_retry_each_sibling_keeps_its_own_usage() {
+fn a_failed_call_without_usage_borrows_the_input_counts_of_the_next_attempt() {
     let failed = errored(genai(1, Some(APP), 10));
     let failed = Span {
         attributes: vec![
@@ -408,11 +407,29 @@ fn sibling_retry_each_sibling_keeps_its_own_usage() {
     assert_eq!(
         attempts
             .iter()
-            .map(|a| (a.request_model.as_deref(), a.input_tokens, a.output_tokens))
+            .map(|a| (
+                a.request_model.as_deref(),
+                a.input_tokens,
+                a.cached_input_tokens,
+                a.output_tokens,
+                a.usage_origin
+            ))
             .collect::<Vec<_>>(),
         [
-            (Some("deepseek-v4-pro"), Count::Missing, Count::Missing),
-            (Some("glm-5"), Count::Value(1000), Count::Value(50)),
+            (
+                Some("deepseek-v4-pro"),
+                Count::Value(1000),
+                Count::Value(200),
+                Count::Missing,
+                UsageOrigin::Borrowed
+            ),
+            (
+                Some("glm-5"),
+                Count::Value(1000),
+                Count::Value(200),
+                Count::Value(50),
+                UsageOrigin::Span
+            ),
         ]
     );
 }
@@ -434,16 +451,6 @@ fn sibling_retry_a_sibling_with_http_tries_contributes_them_as_consecutive_attem
             vec![(11, 0, err("500")), (12, 1, err("500")), (2, 2, None)]
         )]
     );
-}
-
-#[test]
-fn a_span_offered_twice_is_held_once() {
-    let mut plain = PlainSpans::default();
-    let span = genai(1, None, 10);
-    let facts = SpanFacts::from_span(&span, &Arc::from("svc"));
-    assert!(plain.offer_genai(facts.clone()));
-    assert!(!plain.offer_genai(facts));
-    assert_eq!(plain.infer().len(), 1);
 }
 
 #[test]

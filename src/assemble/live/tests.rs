@@ -52,6 +52,7 @@ fn span(trace: u8, span_id: u8, kind: SpanKind, request: &str) -> SpanFacts {
         sdk_decision_reason: None,
         captured: Default::default(),
         http: None,
+        ..Default::default()
     }
 }
 
@@ -242,6 +243,8 @@ fn plain(trace: u8, span_id: u8, error: bool) -> SpanFacts {
     s.request_id = None;
     s.attempt_index = None;
     s.error_type = error.then(|| "429".to_owned());
+    s.failed = error;
+    s.parent_span_id = Some([0xa0; 8]);
     s
 }
 
@@ -310,7 +313,7 @@ fn only_http_tries_held_for_a_parent_are_held() {
     assert_eq!(a.offer(http_try(1, 11, 1), t, &mut ready), Offer::HeldTry);
     assert_eq!(
         a.offer(http_try(1, 11, 1), t, &mut ready),
-        Offer::Passthrough,
+        Offer::Duplicate,
         "a re-sent try is not held twice"
     );
     a.expire(t + WAIT, &mut ready);

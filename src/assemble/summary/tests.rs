@@ -20,6 +20,7 @@ fn full_envelope() -> EnvelopeFields {
         allowed_fallback_families: Some(vec!["deepseek".into(), "qwen".into(), "glm".into()]),
         replay_safe: Some(false),
         task_type: Some("support".into()),
+        ..Default::default()
     }
 }
 

@@ -566,11 +566,14 @@ impl<'de> Visitor<'de> for ScopeSpans<'_, '_> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut seen = Seen::default();
+        // The scope may come after its spans: they are given its name at the end.
+        let first = self.out.len();
+        let mut scope = None;
         while let Some(key) = map.next_key::<Str<'de>>()? {
             match &*key.0 {
                 "scope" => {
                     seen.first(0)?;
-                    map.next_value::<Option<InstrumentationScope>>()?;
+                    scope = map.next_value::<Option<InstrumentationScope>>()?;
                 }
                 "spans" => {
                     seen.first(1)?;
@@ -586,6 +589,12 @@ impl<'de> Visitor<'de> for ScopeSpans<'_, '_> {
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
+            }
+        }
+        let name = crate::contract::scope_name(scope.as_ref().map(|s| s.name.as_str()));
+        if name.is_some() {
+            for facts in &mut self.out[first..] {
+                facts.scope = name.clone();
             }
         }
         Ok(())

@@ -10,21 +10,11 @@ use proptest::prelude::*;
 use prost::Message;
 
 use super::*;
-use crate::contract::{kv, service_name, AttributeKeys, SpanFacts};
+use crate::contract::{kv, AttributeKeys, SpanFacts};
 
 /// What the decoded path reads: the reference the wire reader must agree with.
 fn decoded_facts(request: &ExportTraceServiceRequest, keys: &AttributeKeys) -> Vec<SpanFacts> {
-    let mut out = Vec::new();
-    for rs in &request.resource_spans {
-        let resource = rs.resource.as_ref().map_or(&[][..], |r| &r.attributes);
-        let service = service_name(resource);
-        for ss in &rs.scope_spans {
-            for span in &ss.spans {
-                out.push(SpanFacts::from_span_with(span, &service, resource, keys));
-            }
-        }
-    }
-    out
+    crate::pipeline::span_facts_with(request, keys).collect()
 }
 
 fn wire_facts_with(request: &ExportTraceServiceRequest, keys: &AttributeKeys) -> Vec<SpanFacts> {

@@ -77,6 +77,10 @@ fn over_envelope_retry() -> AttemptRow {
         output_reached_client: Some(false),
         attempt_source: AttemptSource::Declared,
         envelope_source: Some("span".into()),
+        cache_write_input_tokens: None,
+        usage_source: None,
+        output_cap_source: None,
+        price_tier_above_input_tokens: None,
     }
 }
 

@@ -44,6 +44,7 @@ pub(super) fn batch_from_refs(rows: &[&AttemptRow]) -> Result<RecordBatch, Parqu
         strings(rows, |r| r.retry_family.as_deref()),
         int64s(rows, |r| r.input_tokens),
         int64s(rows, |r| r.cached_input_tokens),
+        int64s(rows, |r| r.cache_write_input_tokens),
         int64s(rows, |r| r.output_tokens),
         int64s(rows, |r| r.output_cap),
         money(rows, schema::PLANNED_ATTEMPT_USD, |r| r.planned_attempt_usd)?,
@@ -89,6 +90,9 @@ pub(super) fn batch_from_refs(rows: &[&AttemptRow]) -> Result<RecordBatch, Parqu
             rows.iter().map(|r| r.output_reached_client),
         )),
         strings(rows, |r| Some(r.attempt_source.as_str())),
+        strings(rows, |r| r.usage_source.map(|s| s.as_str())),
+        strings(rows, |r| r.output_cap_source.map(|s| s.as_str())),
+        int64s(rows, |r| r.price_tier_above_input_tokens),
         strings(rows, |r| r.envelope_source.as_deref()),
     ];
     Ok(RecordBatch::try_new(attempts_schema(), columns)?)

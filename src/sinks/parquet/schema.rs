@@ -24,6 +24,7 @@ pub const ORIGINAL_FAMILY: &str = "original_family";
 pub const RETRY_FAMILY: &str = "retry_family";
 pub const INPUT_TOKENS: &str = "input_tokens";
 pub const CACHED_INPUT_TOKENS: &str = "cached_input_tokens";
+pub const CACHE_WRITE_INPUT_TOKENS: &str = "cache_write_input_tokens";
 pub const OUTPUT_TOKENS: &str = "output_tokens";
 pub const OUTPUT_CAP: &str = "output_cap";
 pub const PLANNED_ATTEMPT_USD: &str = "planned_attempt_usd";
@@ -50,6 +51,9 @@ pub const SDK_DECISION_REASON: &str = "sdk_decision_reason";
 pub const VIOLATIONS: &str = "violations";
 pub const OUTPUT_REACHED_CLIENT: &str = "output_reached_client";
 pub const ATTEMPT_SOURCE: &str = "attempt_source";
+pub const USAGE_SOURCE: &str = "usage_source";
+pub const OUTPUT_CAP_SOURCE: &str = "output_cap_source";
+pub const PRICE_TIER_ABOVE_INPUT_TOKENS: &str = "price_tier_above_input_tokens";
 pub const ENVELOPE_SOURCE: &str = "envelope_source";
 
 /// Name of the element field inside `violations`; "item" is what Arrow's own list builders use.
@@ -123,6 +127,7 @@ fn build_schema() -> Schema {
         utf8(RETRY_FAMILY, true),
         int64(INPUT_TOKENS),
         int64(CACHED_INPUT_TOKENS),
+        int64(CACHE_WRITE_INPUT_TOKENS),
         int64(OUTPUT_TOKENS),
         int64(OUTPUT_CAP),
     ];
@@ -147,6 +152,9 @@ fn build_schema() -> Schema {
         ),
         Field::new(OUTPUT_REACHED_CLIENT, DataType::Boolean, true),
         utf8(ATTEMPT_SOURCE, false),
+        utf8(USAGE_SOURCE, true),
+        utf8(OUTPUT_CAP_SOURCE, true),
+        int64(PRICE_TIER_ABOVE_INPUT_TOKENS),
         utf8(ENVELOPE_SOURCE, true),
     ]);
     Schema::new(fields)

@@ -80,6 +80,10 @@ pub(super) fn retry_at(event_time: i64, attempt_index: i32) -> AttemptRow {
         output_reached_client: Some(false),
         attempt_source: AttemptSource::Declared,
         envelope_source: Some("policy:support-summaries".into()),
+        cache_write_input_tokens: None,
+        usage_source: None,
+        output_cap_source: None,
+        price_tier_above_input_tokens: None,
     }
 }
 
@@ -176,6 +180,7 @@ fn schema_has_every_spec_column_in_row_order() {
         ("retry_family", DataType::Utf8, true),
         ("input_tokens", DataType::Int64, true),
         ("cached_input_tokens", DataType::Int64, true),
+        ("cache_write_input_tokens", DataType::Int64, true),
         ("output_tokens", DataType::Int64, true),
         ("output_cap", DataType::Int64, true),
         ("planned_attempt_usd", money.clone(), true),
@@ -202,6 +207,9 @@ fn schema_has_every_spec_column_in_row_order() {
         ("violations", list, false),
         ("output_reached_client", DataType::Boolean, true),
         ("attempt_source", DataType::Utf8, false),
+        ("usage_source", DataType::Utf8, true),
+        ("output_cap_source", DataType::Utf8, true),
+        ("price_tier_above_input_tokens", DataType::Int64, true),
         ("envelope_source", DataType::Utf8, true),
     ];
 
