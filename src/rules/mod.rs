@@ -559,6 +559,7 @@ fn price_attempt<'a>(
         let usage = Usage {
             input: span.input_tokens.value()?,
             cached: span.cached_input_tokens.value().unwrap_or(0),
+            cache_write: 0,
             output: output.value()?,
         };
         cost_usd(price, ratio, usage)
