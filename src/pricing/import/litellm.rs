@@ -6,7 +6,7 @@ use serde_json::value::RawValue;
 
 use super::{
     default_group, feed_error, per_million, positive_token_count, price_field, required_price,
-    Converted, FeedModel, FeedTier, ImportError, LeftOut, LeftOutReason,
+    Converted, Exact, FeedModel, FeedTier, ImportError, LeftOut, LeftOutReason,
 };
 
 /// The modes §3 imports; embeddings, images, audio and the rest price other units.
@@ -16,6 +16,7 @@ const INPUT: &str = "input_cost_per_token";
 const OUTPUT: &str = "output_cost_per_token";
 const CACHED_INPUT: &str = "cache_read_input_token_cost";
 const CACHE_WRITE: &str = "cache_creation_input_token_cost";
+const PER_REQUEST: &str = "input_cost_per_request";
 /// The key of a long-context price is one of the four above with this suffix around N
 /// (thousands of input tokens); `_above_128k_tokens_priority` and the like are other
 /// services' prices, not tiers.
@@ -57,16 +58,28 @@ pub(super) fn convert(feed: &str, bytes: &[u8]) -> Result<Converted, ImportError
 }
 
 fn model(entry: &BTreeMap<String, &RawValue>) -> Result<FeedModel, LeftOutReason> {
-    let mode = entry
-        .get("mode")
-        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
+    let text = |key: &str| {
+        entry
+            .get(key)
+            .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+    };
+    let mode = text("mode");
     if !mode.as_deref().is_some_and(|m| TOKEN_MODES.contains(&m)) {
-        return Err(LeftOutReason::Mode(mode));
+        return Err(match text("alias_of") {
+            Some(of) if mode.is_none() => LeftOutReason::Alias { of },
+            _ => LeftOutReason::Mode(mode),
+        });
     }
     if entry.contains_key("tiered_pricing") {
         return Err(LeftOutReason::OtherTiers {
             field: "tiered_pricing".into(),
         });
+    }
+    // A fee on every request (Perplexity's online models) is a price per call that §4's
+    // per-token formula cannot carry; its token prices alone would under-price its retries.
+    // Search and grounding costs per query are a tool's, paid only when it is used.
+    if price_field(entry, PER_REQUEST, PER_REQUEST)?.is_some_and(|fee| fee != Exact::ZERO) {
+        return Err(LeftOutReason::PerCall);
     }
     let per_token = |key: &str| required_price(entry, key, key);
     let (input, output) = match per_token(INPUT).and_then(|i| per_token(OUTPUT).map(|o| (i, o))) {
@@ -79,10 +92,7 @@ fn model(entry: &BTreeMap<String, &RawValue>) -> Result<FeedModel, LeftOutReason
             .map(|price| per_million(price, key))
             .transpose()
     };
-    let family = entry
-        .get("litellm_provider")
-        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
-        .filter(|p| !p.is_empty());
+    let family = text("litellm_provider").filter(|p| !p.is_empty());
     Ok(FeedModel {
         cache_write: optional(CACHE_WRITE)?,
         // Never the legacy `max_tokens`, which sometimes holds the input window.

@@ -162,6 +162,9 @@ pub enum LeftOutReason {
     OtherTiers { field: String },
     /// The feed lists the model without any price.
     NoPrice,
+    /// A LiteLLM entry that only names another (`alias_of`); the model is priced under that
+    /// name.
+    Alias { of: String },
     /// A LiteLLM entry whose `mode` is not `chat`, `completion` or `responses` (`None`: it
     /// states no mode): embeddings, images, audio and the rest price other units.
     Mode(Option<String>),
@@ -185,6 +188,7 @@ impl fmt::Display for LeftOutReason {
                 write!(f, "tiered prices in another form ({field})")
             }
             LeftOutReason::NoPrice => f.write_str("no price at all"),
+            LeftOutReason::Alias { of } => write!(f, "an alias of {of}, priced under that name"),
             LeftOutReason::Mode(Some(mode)) => {
                 write!(f, "mode {mode:?}, not chat, completion or responses")
             }

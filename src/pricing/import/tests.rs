@@ -655,6 +655,23 @@ fn litellm_lists_each_model_left_out_with_its_own_reason() {
             field: "input_cost_per_token".into()
         }
     );
+    // A fee on every request leaves the model out even beside token prices; a search tool's
+    // cost per query does not.
+    assert_eq!(
+        litellm_left_out(r#", "input_cost_per_request": 0.005"#),
+        LeftOutReason::PerCall
+    );
+    let searching = litellm_chat(
+        r#", "input_cost_per_request": 0, "search_context_cost_per_query": {"search_context_size_low": 0.03}"#,
+    );
+    assert!(import(Format::Litellm, searching.as_bytes())
+        .left_out
+        .is_empty());
+    let feed = r#"{"a": {"alias_of": "n"}, "n": {"mode": "chat", "input_cost_per_token": 1e-06, "output_cost_per_token": 1e-06}}"#;
+    assert_eq!(
+        import(Format::Litellm, feed.as_bytes()).left_out[0].reason,
+        LeftOutReason::Alias { of: "n".into() }
+    );
     let feed = r#"{"e": {"input_cost_per_token": 1e-06}, "n": {"mode": "chat", "input_cost_per_token": 1e-06, "output_cost_per_token": 1e-06}}"#;
     assert_eq!(
         import(Format::Litellm, feed.as_bytes()).left_out[0].reason,
