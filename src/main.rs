@@ -575,7 +575,7 @@ fn write_snapshot(imported: &Imported, out: &Path) -> anyhow::Result<ExitCode> {
         if imported.skipped > 0 {
             writeln!(
                 out,
-                "  skipped {} entries that are no chat or completion model",
+                "  skipped {} entries that are no model (sample_spec, or not an object)",
                 imported.skipped
             )?;
         }

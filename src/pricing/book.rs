@@ -314,6 +314,142 @@ mod tests {
     }
 
     #[test]
+    fn cache_write_max_output_tokens_and_tiers_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = r#""claude-sonnet-4-5": {"input": "3", "output": "15", "cached_input": "0.3",
+            "cache_write": 3.75, "max_output_tokens": 64000,
+            "tiers": [{"above_input_tokens": 200000, "input": "6", "output": 22.5},
+                      {"above_input_tokens": 1000000, "cached_input": "0.6", "cache_write": "7.5"}]}"#;
+        write(dir.path(), "a.json", &snapshot_json("v", model));
+        let book = PricingBook::load_dir(dir.path()).unwrap();
+        let price = &book.get("v").unwrap().models["claude-sonnet-4-5"];
+        let d = |s: &str| Some(s.parse::<rust_decimal::Decimal>().unwrap());
+        assert_eq!(price.cache_write, d("3.75"));
+        assert_eq!(price.max_output_tokens, Some(64_000));
+        let tiers: Vec<_> = price
+            .tiers
+            .iter()
+            .map(|t| {
+                (
+                    t.above_input_tokens,
+                    t.input,
+                    t.output,
+                    t.cached_input,
+                    t.cache_write,
+                )
+            })
+            .collect();
+        assert_eq!(
+            tiers,
+            [
+                (200_000, d("6"), d("22.5"), None, None),
+                (1_000_000, None, None, d("0.6"), d("7.5")),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_new_fields_are_optional() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "a.json",
+            &snapshot_json("v", r#""m": {"input": "1", "output": "2"}"#),
+        );
+        let book = PricingBook::load_dir(dir.path()).unwrap();
+        let price = &book.get("v").unwrap().models["m"];
+        assert_eq!(
+            (
+                price.cache_write,
+                price.max_output_tokens,
+                price.tiers.len()
+            ),
+            (None, None, 0)
+        );
+    }
+
+    #[test]
+    fn tiers_out_of_increasing_order_are_an_error_naming_file_and_model() {
+        let e = single_error(&snapshot_json(
+            "v",
+            r#""m": {"input": "1", "output": "2", "tiers": [{"above_input_tokens": 200000, "input": "2"},
+                                                          {"above_input_tokens": 128000, "input": "3"}]}"#,
+        ));
+        assert_eq!(e.field, "models.m.tiers[1].above_input_tokens");
+        assert!(
+            e.to_string().starts_with(
+                "pricing file "
+            ) && e.to_string().contains("bad.json: models.m.tiers[1].above_input_tokens: 128000 is below the threshold of tiers[0] (200000)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_repeated_tier_threshold_is_an_error_naming_file_and_model() {
+        let e = single_error(&snapshot_json(
+            "v",
+            r#""m": {"input": "1", "output": "2", "tiers": [{"above_input_tokens": 200000, "input": "2"},
+                                                          {"above_input_tokens": 200000, "output": "3"}]}"#,
+        ));
+        assert_eq!(e.field, "models.m.tiers[1].above_input_tokens");
+        assert!(
+            e.problem
+                .contains("200000 repeats the threshold of tiers[0]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn tier_prices_follow_the_base_price_rules() {
+        let tiered = |tier: &str| {
+            single_error(&snapshot_json(
+                "v",
+                &format!(r#""m": {{"input": "1", "output": "2", "tiers": [{tier}]}}"#),
+            ))
+        };
+        let e = tiered(r#"{"above_input_tokens": 1000, "input": "-1"}"#);
+        assert_eq!(
+            (e.field.as_str(), e.problem.as_str()),
+            ("models.m.tiers[0].input", "\"-1\" is negative")
+        );
+        let e = tiered(r#"{"above_input_tokens": 1000, "cache_write": "0.12345678901"}"#);
+        assert_eq!(e.field, "models.m.tiers[0].cache_write");
+        assert!(e.problem.contains("more than 10 decimal places"), "{e}");
+        let e = tiered(r#"{"above_input_tokens": 1000, "output": "cheap"}"#);
+        assert_eq!(e.field, "models.m.tiers[0].output");
+        let e = tiered(r#"{"input": "2"}"#);
+        assert_eq!(
+            (e.field.as_str(), e.problem.as_str()),
+            ("models.m.tiers[0].above_input_tokens", "missing")
+        );
+        for bad in ["-1", "1.5", "\"1000\""] {
+            let e = tiered(&format!(r#"{{"above_input_tokens": {bad}, "input": "2"}}"#));
+            assert_eq!(e.field, "models.m.tiers[0].above_input_tokens", "{bad}");
+        }
+        let e = single_error(&snapshot_json(
+            "v",
+            r#""m": {"input": "1", "output": "2", "tiers": {"above_input_tokens": 1}}"#,
+        ));
+        assert_eq!(e.field, "models.m.tiers");
+    }
+
+    #[test]
+    fn cache_write_and_max_output_tokens_follow_their_rules() {
+        let e = single_error(&snapshot_json(
+            "v",
+            r#""m": {"input": "1", "output": "2", "cache_write": "-3.75"}"#,
+        ));
+        assert_eq!(e.field, "models.m.cache_write");
+        for bad in ["0", "-1", "64000.5", "\"64000\""] {
+            let e = single_error(&snapshot_json(
+                "v",
+                &format!(r#""m": {{"input": "1", "output": "2", "max_output_tokens": {bad}}}"#),
+            ));
+            assert_eq!(e.field, "models.m.max_output_tokens", "{bad}");
+        }
+    }
+
+    #[test]
     fn other_currency_or_unit_is_an_error() {
         assert_eq!(
             single_error(&snapshot_json("v", "").replace("USD", "EUR")).field,

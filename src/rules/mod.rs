@@ -578,7 +578,7 @@ fn output_cap(
         (span.output_cap, Some(OutputCapSource::Request))
     } else if let Some(cap) = assumed {
         (Count::Value(cap), Some(OutputCapSource::Envelope))
-    } else if let Some(cap) = price.and_then(pending_pricing::max_output_tokens) {
+    } else if let Some(cap) = price.and_then(|p| p.max_output_tokens) {
         (Count::Value(cap), Some(OutputCapSource::Pricing))
     } else {
         (Count::Missing, None)
@@ -603,6 +603,7 @@ fn price_attempt<'a>(
         Some(Usage {
             input: span.input_tokens.value()?,
             cached: span.cached_input_tokens.value().unwrap_or(0),
+            cache_write: span.cache_write_input_tokens.value().unwrap_or(0),
             output: output.value()?,
         })
     };
@@ -624,7 +625,7 @@ fn price_attempt<'a>(
         counts_invalid || unpriceable(cap, planned) || unpriceable(span.output_tokens, actual);
     let tier = price
         .zip(span.input_tokens.value())
-        .and_then(|(p, input)| pending_pricing::tier_threshold(p, input));
+        .and_then(|(p, input)| p.tier_threshold(input));
     Priced {
         span,
         index,
@@ -775,19 +776,6 @@ fn audit(input: AuditInput<'_>) -> Option<UnauditedReason> {
 /// OTLP times are u64 nanoseconds; Arrow's are i64. Times past 2262 are clamped, not wrapped.
 fn nanos(t: u64) -> i64 {
     i64::try_from(t).unwrap_or(i64::MAX)
-}
-
-/// Stand-ins until snapshots carry caps and tiers.
-mod pending_pricing {
-    use crate::pricing::ModelPrice;
-
-    pub(super) fn max_output_tokens(_: &ModelPrice) -> Option<i64> {
-        None
-    }
-
-    pub(super) fn tier_threshold(_: &ModelPrice, _: i64) -> Option<i64> {
-        None
-    }
 }
 
 #[cfg(test)]

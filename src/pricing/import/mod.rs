@@ -151,6 +151,23 @@ pub enum LeftOutReason {
     /// A price per call (new-api `quota_type` 1, an OpenRouter `pricing.request`, a LiteLLM
     /// cost per request or query): §4's formula prices tokens only.
     PerCall,
+    /// LiteLLM prices it per second of audio or video, or of compute.
+    PerSecond,
+    /// LiteLLM prices it per character (older Vertex AI models).
+    PerCharacter,
+    /// LiteLLM prices it per image or pixel.
+    PerImage,
+    /// Prices that change with the input's length in a form a snapshot's tiers do not take,
+    /// such as LiteLLM's `tiered_pricing` ranges; its flat prices would be wrong for some.
+    OtherTiers { field: String },
+    /// The feed lists the model without any price.
+    NoPrice,
+    /// A LiteLLM entry that only names another (`alias_of`); the model is priced under that
+    /// name.
+    Alias { of: String },
+    /// A LiteLLM entry whose `mode` is not `chat`, `completion` or `responses` (`None`: it
+    /// states no mode): embeddings, images, audio and the rest price other units.
+    Mode(Option<String>),
     /// The feed gives no price per token in this field.
     NoTokenPrice { field: String },
     /// The feed's value cannot be a price: negative (OpenRouter writes -1 for "varies"),
@@ -164,6 +181,20 @@ impl fmt::Display for LeftOutReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LeftOutReason::PerCall => f.write_str("priced per call"),
+            LeftOutReason::PerSecond => f.write_str("priced per second"),
+            LeftOutReason::PerCharacter => f.write_str("priced per character"),
+            LeftOutReason::PerImage => f.write_str("priced per image"),
+            LeftOutReason::OtherTiers { field } => {
+                write!(f, "tiered prices in another form ({field})")
+            }
+            LeftOutReason::NoPrice => f.write_str("no price at all"),
+            LeftOutReason::Alias { of } => write!(f, "an alias of {of}, priced under that name"),
+            LeftOutReason::Mode(Some(mode)) => {
+                write!(f, "mode {mode:?}, not chat, completion or responses")
+            }
+            LeftOutReason::Mode(None) => {
+                f.write_str("no mode, so not chat, completion or responses")
+            }
             LeftOutReason::NoTokenPrice { field } => write!(f, "no per-token price ({field})"),
             LeftOutReason::BadPrice { field, problem } => write!(f, "{field}: {problem}"),
             LeftOutReason::UnknownQuotaType(q) => write!(f, "unknown quota_type {q}"),
@@ -181,7 +212,8 @@ pub struct LeftOut {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rounded {
     pub model: String,
-    pub fields: Vec<&'static str>,
+    /// Snapshot fields: `input`, `cache_write`, `tiers[0].output`, ….
+    pub fields: Vec<String>,
 }
 
 /// A converted feed: the snapshot file's bytes and what the command reports about them.
@@ -195,7 +227,7 @@ pub struct Imported {
     pub rounded: Vec<Rounded>,
     /// Models of the feed not in the snapshot, by name.
     pub left_out: Vec<LeftOut>,
-    /// Entries that are no model of this kind (LiteLLM's other modes and its `sample_spec`).
+    /// Entries that are no model at all (LiteLLM's `sample_spec`, or not an object).
     pub skipped: usize,
     /// The snapshot file, byte for byte.
     pub bytes: Vec<u8>,
@@ -231,6 +263,34 @@ struct FeedModel {
     input: Exact,
     output: Exact,
     cached_input: Option<Exact>,
+    cache_write: Option<Exact>,
+    max_output_tokens: Option<i64>,
+    /// Threshold (input tokens) → the prices above it; a map keeps them in increasing order.
+    tiers: BTreeMap<i64, FeedTier>,
+}
+
+impl FeedModel {
+    /// A model with base prices only, the fields the feeds without more give.
+    fn base(family: Option<String>, input: Exact, output: Exact, cached: Option<Exact>) -> Self {
+        FeedModel {
+            family,
+            input,
+            output,
+            cached_input: cached,
+            cache_write: None,
+            max_output_tokens: None,
+            tiers: BTreeMap::new(),
+        }
+    }
+}
+
+/// The exact prices of one long-context tier; absent ones stay the base prices.
+#[derive(Debug, Clone, Default)]
+struct FeedTier {
+    input: Option<Exact>,
+    output: Option<Exact>,
+    cached_input: Option<Exact>,
+    cache_write: Option<Exact>,
 }
 
 /// A model's prices as the snapshot lists them.
@@ -240,6 +300,19 @@ struct ListedModel {
     input: Decimal,
     output: Decimal,
     cached_input: Option<Decimal>,
+    cache_write: Option<Decimal>,
+    max_output_tokens: Option<i64>,
+    /// In increasing order of threshold.
+    tiers: Vec<ListedTier>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ListedTier {
+    above_input_tokens: i64,
+    input: Option<Decimal>,
+    output: Option<Decimal>,
+    cached_input: Option<Decimal>,
+    cache_write: Option<Decimal>,
 }
 
 /// Converts `bytes`, a feed read from `feed` (a path or URL, for messages), into a snapshot.
@@ -279,7 +352,7 @@ pub fn convert(feed: &str, bytes: &[u8], options: &ImportOptions) -> Result<Impo
             Err(field) => left_out.push(LeftOut {
                 model: name,
                 reason: LeftOutReason::BadPrice {
-                    field: field.to_owned(),
+                    field,
                     problem: "too large for a price in USD per million tokens".into(),
                 },
             }),
@@ -321,27 +394,46 @@ pub fn convert(feed: &str, bytes: &[u8], options: &ImportOptions) -> Result<Impo
 
 /// The one rounding of §3: each exact price to 10 places when it has more. Gives the listed
 /// model and the fields that were rounded, or the field too large for a `Decimal`.
-fn listed(model: FeedModel) -> Result<(ListedModel, Vec<&'static str>), &'static str> {
+fn listed(model: FeedModel) -> Result<(ListedModel, Vec<String>), String> {
     let mut rounded = Vec::new();
-    let mut round = |price: Exact, field: &'static str| {
-        if price.places() > PRICE_PLACES {
-            rounded.push(field);
-        }
-        price.round(PRICE_PLACES).ok_or(field)
+    let input = round_price(model.input, "input".into(), &mut rounded)?;
+    let output = round_price(model.output, "output".into(), &mut rounded)?;
+    let mut optional = |price: Option<Exact>, field: String| {
+        price
+            .map(|price| round_price(price, field, &mut rounded))
+            .transpose()
     };
-    let input = round(model.input, "input")?;
-    let output = round(model.output, "output")?;
-    let cached_input = match model.cached_input {
-        Some(cached) => Some(round(cached, "cached_input")?),
-        None => None,
-    };
+    let cached_input = optional(model.cached_input, "cached_input".into())?;
+    let cache_write = optional(model.cache_write, "cache_write".into())?;
+    let mut tiers = Vec::with_capacity(model.tiers.len());
+    for (i, (above_input_tokens, tier)) in model.tiers.into_iter().enumerate() {
+        let at = |key: &str| format!("tiers[{i}].{key}");
+        tiers.push(ListedTier {
+            above_input_tokens,
+            input: optional(tier.input, at("input"))?,
+            output: optional(tier.output, at("output"))?,
+            cached_input: optional(tier.cached_input, at("cached_input"))?,
+            cache_write: optional(tier.cache_write, at("cache_write"))?,
+        });
+    }
     let listed = ListedModel {
         family: model.family,
         input,
         output,
         cached_input,
+        cache_write,
+        max_output_tokens: model.max_output_tokens,
+        tiers,
     };
     Ok((listed, rounded))
+}
+
+/// One price rounded to 10 places, noting `field` in `rounded` when that changed it.
+fn round_price(price: Exact, field: String, rounded: &mut Vec<String>) -> Result<Decimal, String> {
+    if price.places() > PRICE_PLACES {
+        rounded.push(field.clone());
+    }
+    price.round(PRICE_PLACES).ok_or(field)
 }
 
 /// The version becomes part of a file name, and a feed is untrusted input: `../x` must not
@@ -422,6 +514,12 @@ fn product(a: Exact, b: Exact, field: &str) -> Result<Exact, LeftOutReason> {
 /// Per-token feeds (LiteLLM, OpenRouter) list USD per token; snapshots per million tokens.
 fn per_million(per_token: Exact, field: &str) -> Result<Exact, LeftOutReason> {
     product(per_token, Exact::integer(1_000_000), field)
+}
+
+/// A model's output limit as a snapshot takes it: a positive JSON integer. Anything else
+/// (`null`, a description, `0`) states no limit, and the field is left out.
+fn positive_token_count(raw: &RawValue) -> Option<i64> {
+    raw.get().parse::<i64>().ok().filter(|n| *n > 0)
 }
 
 /// Feeds that price every caller alike: one group `default` = 1.

@@ -138,12 +138,8 @@ fn model(
         .get("vendor_id")
         .and_then(|raw| raw.get().parse::<i64>().ok())
         .and_then(|id| vendors.get(&id));
-    Ok(FeedModel {
-        family: vendor.cloned().or_else(|| name_family(name)),
-        input,
-        output,
-        cached_input,
-    })
+    let family = vendor.cloned().or_else(|| name_family(name));
+    Ok(FeedModel::base(family, input, output, cached_input))
 }
 
 /// The model name up to its first `-`, digit or `.`: `deepseek-v4-flash` → `deepseek`,

@@ -21,6 +21,15 @@ struct Entry<'a> {
     id: Option<String>,
     #[serde(borrow)]
     pricing: Option<BTreeMap<String, &'a RawValue>>,
+    #[serde(borrow)]
+    top_provider: Option<&'a RawValue>,
+}
+
+/// The provider OpenRouter routes to by default; only its output limit is read.
+#[derive(Deserialize)]
+struct TopProvider<'a> {
+    #[serde(borrow)]
+    max_completion_tokens: Option<&'a RawValue>,
 }
 
 pub(super) fn convert(feed: &str, bytes: &[u8]) -> Result<Converted, ImportError> {
@@ -54,7 +63,8 @@ pub(super) fn convert(feed: &str, bytes: &[u8]) -> Result<Converted, ImportError
             .map(|(family, _)| family.to_owned())
             .filter(|f| !f.is_empty());
         match model(entry.pricing.as_ref(), family) {
-            Ok(model) => {
+            Ok(mut model) => {
+                model.max_output_tokens = entry.top_provider.and_then(max_completion_tokens);
                 converted.models.insert(id, model);
             }
             Err(reason) => converted.left_out.push(LeftOut { model: id, reason }),
@@ -80,12 +90,25 @@ fn model(
     let input = required_price(pricing, "prompt", "pricing.prompt")?;
     let output = required_price(pricing, "completion", "pricing.completion")?;
     let cached = price_field(pricing, "input_cache_read", "pricing.input_cache_read")?;
+    let cache_write = price_field(pricing, "input_cache_write", "pricing.input_cache_write")?;
     Ok(FeedModel {
-        family,
-        input: per_million(input, "pricing.prompt")?,
-        output: per_million(output, "pricing.completion")?,
-        cached_input: cached
-            .map(|c| per_million(c, "pricing.input_cache_read"))
+        cache_write: cache_write
+            .map(|c| per_million(c, "pricing.input_cache_write"))
             .transpose()?,
+        ..FeedModel::base(
+            family,
+            per_million(input, "pricing.prompt")?,
+            per_million(output, "pricing.completion")?,
+            cached
+                .map(|c| per_million(c, "pricing.input_cache_read"))
+                .transpose()?,
+        )
     })
+}
+
+/// `top_provider.max_completion_tokens` when it is a positive whole number; OpenRouter writes
+/// `null` for providers that state no limit, and a snapshot takes no other value.
+fn max_completion_tokens(top_provider: &RawValue) -> Option<i64> {
+    let provider: TopProvider<'_> = serde_json::from_str(top_provider.get()).ok()?;
+    super::positive_token_count(provider.max_completion_tokens?)
 }

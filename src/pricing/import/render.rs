@@ -11,7 +11,7 @@ use std::fmt::Write;
 use chrono::NaiveDate;
 use rust_decimal::Decimal;
 
-use super::ListedModel;
+use super::{ListedModel, ListedTier};
 
 pub(super) fn snapshot_json(
     source: &str,
@@ -43,16 +43,41 @@ pub(super) fn snapshot_json(
 }
 
 fn model_object(model: &ListedModel) -> String {
-    let mut fields = Vec::with_capacity(4);
+    let mut fields = Vec::with_capacity(7);
     if let Some(family) = &model.family {
         fields.push(format!("\"family\": {}", string(family)));
     }
     fields.push(format!("\"input\": {}", amount(model.input)));
     fields.push(format!("\"output\": {}", amount(model.output)));
-    if let Some(cached) = model.cached_input {
-        fields.push(format!("\"cached_input\": {}", amount(cached)));
+    push_price(&mut fields, "cached_input", model.cached_input);
+    push_price(&mut fields, "cache_write", model.cache_write);
+    if let Some(max) = model.max_output_tokens {
+        fields.push(format!("\"max_output_tokens\": {max}"));
+    }
+    if !model.tiers.is_empty() {
+        let tiers: Vec<String> = model.tiers.iter().map(tier_object).collect();
+        fields.push(format!("\"tiers\": [{}]", tiers.join(", ")));
     }
     format!("{{{}}}", fields.join(", "))
+}
+
+fn tier_object(tier: &ListedTier) -> String {
+    let mut fields = vec![format!(
+        "\"above_input_tokens\": {}",
+        tier.above_input_tokens
+    )];
+    push_price(&mut fields, "input", tier.input);
+    push_price(&mut fields, "output", tier.output);
+    push_price(&mut fields, "cached_input", tier.cached_input);
+    push_price(&mut fields, "cache_write", tier.cache_write);
+    format!("{{{}}}", fields.join(", "))
+}
+
+/// Optional prices are written only when present.
+fn push_price(fields: &mut Vec<String>, key: &str, price: Option<Decimal>) {
+    if let Some(price) = price {
+        fields.push(format!("\"{key}\": {}", amount(price)));
+    }
 }
 
 /// A JSON string literal, escaped as JSON requires.

@@ -57,7 +57,12 @@ fn rounded(imported: &Imported) -> Vec<(&str, Vec<&str>)> {
     imported
         .rounded
         .iter()
-        .map(|r| (r.model.as_str(), r.fields.clone()))
+        .map(|r| {
+            (
+                r.model.as_str(),
+                r.fields.iter().map(String::as_str).collect(),
+            )
+        })
         .collect()
 }
 
@@ -272,26 +277,28 @@ fn litellm_costs_per_token_become_costs_per_million_tokens() {
 }
 
 #[test]
-fn litellm_takes_chat_and_completion_models_only() {
+fn litellm_takes_chat_completion_and_responses_models_and_lists_the_other_modes() {
     let imported = import(Format::Litellm, LITELLM);
     let snapshot = loaded(&imported);
     assert!(snapshot.models.contains_key("gpt-3.5-turbo-instruct"));
     for other_mode in ["text-embedding-3-small", "whisper-1", "sample_spec"] {
         assert!(!snapshot.models.contains_key(other_mode), "{other_mode}");
     }
-    assert_eq!(imported.skipped, 3);
+    assert_eq!(imported.skipped, 1, "sample_spec only");
+    let mode = |m: &str| LeftOutReason::Mode(Some(m.into()));
     assert_eq!(
         left_out(&imported),
         [
             ("perplexity/pplx-online-preview", &LeftOutReason::PerCall),
-            (
-                "vertex_ai/chat-bison",
-                &LeftOutReason::NoTokenPrice {
-                    field: "input_cost_per_token".into()
-                }
-            ),
+            ("text-embedding-3-small", &mode("embedding")),
+            ("vertex_ai/chat-bison", &LeftOutReason::PerCharacter),
+            ("whisper-1", &mode("audio_transcription")),
         ]
     );
+    let responses = r#"{"o3-pro": {"mode": "responses", "input_cost_per_token": 2e-05,
+                                   "output_cost_per_token": 8e-05}}"#;
+    let snapshot = loaded(&import(Format::Litellm, responses.as_bytes()));
+    assert_eq!(price(&snapshot, "o3-pro"), ("20".into(), "80".into(), None));
 }
 
 #[test]
@@ -488,4 +495,245 @@ fn a_price_too_large_for_a_snapshot_leaves_the_model_out() {
         [LeftOut { model, reason: LeftOutReason::BadPrice { field, .. } }]
             if model == "m" && field == "input"
     ));
+}
+
+/// A LiteLLM feed of one chat model with these extra keys.
+fn litellm_chat(extra: &str) -> String {
+    format!(
+        r#"{{"m": {{"mode": "chat", "litellm_provider": "p", "input_cost_per_token": 1.25e-06,
+                  "output_cost_per_token": 1e-05{extra}}}}}"#
+    )
+}
+
+fn litellm_left_out(extra: &str) -> LeftOutReason {
+    // A second model that is kept: a feed with none is an error.
+    let feed = litellm_chat(extra).replacen(
+        '{',
+        r#"{"n": {"mode": "chat", "input_cost_per_token": 1e-06, "output_cost_per_token": 1e-06},"#,
+        1,
+    );
+    let imported = import(Format::Litellm, feed.as_bytes());
+    match &imported.left_out[..] {
+        [LeftOut { model, reason }] if model == "m" => reason.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn litellm_above_nk_tokens_keys_make_tiers_above_n_thousand_input_tokens() {
+    let feed = litellm_chat(
+        r#", "cache_read_input_token_cost": 1.25e-07, "cache_creation_input_token_cost": 1.5625e-06,
+            "input_cost_per_token_above_200k_tokens": 2.5e-06,
+            "output_cost_per_token_above_200k_tokens": 1.5e-05,
+            "cache_read_input_token_cost_above_200k_tokens": 2.5e-07,
+            "cache_creation_input_token_cost_above_200k_tokens": 3.125e-06,
+            "input_cost_per_token_above_32k_tokens": 2e-06,
+            "input_cost_per_token_priority": 2.5e-06,
+            "input_cost_per_token_above_200k_tokens_priority": 5e-06,
+            "output_cost_per_token_above_200k_tokens_flex": 1e-05,
+            "cache_creation_input_token_cost_above_1hr": 2.5e-06,
+            "cache_creation_input_token_cost_above_1hr_above_200k_tokens": 5e-06"#,
+    );
+    let imported = import(Format::Litellm, feed.as_bytes());
+    let model = &loaded(&imported).models["m"];
+    assert_eq!(model.cache_write, Some(d("1.5625")));
+    let tiers: Vec<_> = model
+        .tiers
+        .iter()
+        .map(|t| {
+            (
+                t.above_input_tokens,
+                t.input,
+                t.output,
+                t.cached_input,
+                t.cache_write,
+            )
+        })
+        .collect();
+    assert_eq!(
+        tiers,
+        [
+            (32_000, Some(d("2")), None, None, None),
+            (
+                200_000,
+                Some(d("2.5")),
+                Some(d("15")),
+                Some(d("0.25")),
+                Some(d("3.125"))
+            ),
+        ]
+    );
+    let text = String::from_utf8(imported.bytes).unwrap();
+    assert!(
+        text.contains(
+            r#""m": {"family": "p", "input": "1.25", "output": "10", "cached_input": "0.125", "cache_write": "1.5625", "tiers": [{"above_input_tokens": 32000, "input": "2"}, {"above_input_tokens": 200000, "input": "2.5", "output": "15", "cached_input": "0.25", "cache_write": "3.125"}]}"#
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn litellm_max_output_tokens_is_read_never_the_legacy_max_tokens() {
+    let snapshot = loaded(&import(Format::Litellm, LITELLM));
+    assert_eq!(
+        snapshot.models["claude-sonnet-4-20250514"].max_output_tokens,
+        Some(64_000)
+    );
+    // A model with only the legacy field states no output limit.
+    let legacy = litellm_chat(r#", "max_tokens": 128000"#);
+    let model = &loaded(&import(Format::Litellm, legacy.as_bytes())).models["m"];
+    assert_eq!(model.max_output_tokens, None);
+    for unusable in ["null", "0", "\"8k\""] {
+        let feed = litellm_chat(&format!(r#", "max_output_tokens": {unusable}"#));
+        let model = &loaded(&import(Format::Litellm, feed.as_bytes())).models["m"];
+        assert_eq!(model.max_output_tokens, None, "{unusable}");
+    }
+}
+
+#[test]
+fn litellm_lists_each_model_left_out_with_its_own_reason() {
+    let cases = [
+        (
+            r#", "tiered_pricing": [{"range": [0, 32000]}]"#,
+            LeftOutReason::OtherTiers {
+                field: "tiered_pricing".into(),
+            },
+        ),
+        (
+            r#", "input_cost_per_token_above_200k_tokens": -1e-06"#,
+            LeftOutReason::BadPrice {
+                field: "input_cost_per_token_above_200k_tokens".into(),
+                problem: "-1e-06 is negative".into(),
+            },
+        ),
+        (
+            r#", "cache_creation_input_token_cost": -3.75e-06"#,
+            LeftOutReason::BadPrice {
+                field: "cache_creation_input_token_cost".into(),
+                problem: "-3.75e-06 is negative".into(),
+            },
+        ),
+    ];
+    for (extra, expected) in cases {
+        assert_eq!(litellm_left_out(extra), expected, "{extra}");
+    }
+    let unpriced = |keys: &str| {
+        let feed = format!(
+            r#"{{"m": {{"mode": "chat"{keys}}}, "n": {{"mode": "chat", "input_cost_per_token": 1e-06, "output_cost_per_token": 1e-06}}}}"#
+        );
+        let imported = import(Format::Litellm, feed.as_bytes());
+        imported.left_out[0].reason.clone()
+    };
+    assert_eq!(unpriced(""), LeftOutReason::NoPrice);
+    assert_eq!(
+        unpriced(r#", "input_cost_per_second": 0.001, "cost_per_second": 0.01"#),
+        LeftOutReason::PerSecond
+    );
+    assert_eq!(
+        unpriced(
+            r#", "input_cost_per_video_per_second": 0.0005, "output_cost_per_token": 7.5e-06"#
+        ),
+        LeftOutReason::PerSecond
+    );
+    assert_eq!(
+        unpriced(r#", "input_cost_per_character": 2.5e-07, "output_cost_per_character": 5e-07"#),
+        LeftOutReason::PerCharacter
+    );
+    assert_eq!(
+        unpriced(r#", "input_cost_per_image": 0.0025"#),
+        LeftOutReason::PerImage
+    );
+    assert_eq!(
+        unpriced(r#", "input_cost_per_query": 0.005"#),
+        LeftOutReason::PerCall
+    );
+    assert_eq!(
+        unpriced(
+            r#", "input_cost_per_token_priority": 1e-06, "output_cost_per_token_priority": 1e-06"#
+        ),
+        LeftOutReason::NoTokenPrice {
+            field: "input_cost_per_token".into()
+        }
+    );
+    // A fee on every request leaves the model out even beside token prices; a search tool's
+    // cost per query does not.
+    assert_eq!(
+        litellm_left_out(r#", "input_cost_per_request": 0.005"#),
+        LeftOutReason::PerCall
+    );
+    let searching = litellm_chat(
+        r#", "input_cost_per_request": 0, "search_context_cost_per_query": {"search_context_size_low": 0.03}"#,
+    );
+    assert!(import(Format::Litellm, searching.as_bytes())
+        .left_out
+        .is_empty());
+    let feed = r#"{"a": {"alias_of": "n"}, "n": {"mode": "chat", "input_cost_per_token": 1e-06, "output_cost_per_token": 1e-06}}"#;
+    assert_eq!(
+        import(Format::Litellm, feed.as_bytes()).left_out[0].reason,
+        LeftOutReason::Alias { of: "n".into() }
+    );
+    let feed = r#"{"e": {"input_cost_per_token": 1e-06}, "n": {"mode": "chat", "input_cost_per_token": 1e-06, "output_cost_per_token": 1e-06}}"#;
+    assert_eq!(
+        import(Format::Litellm, feed.as_bytes()).left_out[0].reason,
+        LeftOutReason::Mode(None)
+    );
+    assert_eq!(
+        LeftOutReason::Mode(Some("embedding".into())).to_string(),
+        "mode \"embedding\", not chat, completion or responses"
+    );
+    assert_eq!(
+        LeftOutReason::OtherTiers {
+            field: "tiered_pricing".into()
+        }
+        .to_string(),
+        "tiered prices in another form (tiered_pricing)"
+    );
+}
+
+#[test]
+fn tier_prices_are_rounded_once_and_listed_by_their_field() {
+    let feed =
+        litellm_chat(r#", "output_cost_per_token_above_200k_tokens": 1.6666666666666667e-07"#);
+    let imported = import(Format::Litellm, feed.as_bytes());
+    assert_eq!(rounded(&imported), [("m", vec!["tiers[0].output"])]);
+    assert_eq!(
+        loaded(&imported).models["m"].tiers[0].output,
+        Some(d("0.1666666667"))
+    );
+}
+
+#[test]
+fn openrouter_cache_write_and_max_completion_tokens_are_read() {
+    let snapshot = loaded(&import(Format::OpenRouter, OPENROUTER));
+    let sonnet = &snapshot.models["anthropic/claude-sonnet-4"];
+    assert_eq!(sonnet.cache_write, Some(d("3.75")));
+    assert_eq!(sonnet.max_output_tokens, Some(64_000));
+    let gpt = &snapshot.models["openai/gpt-4o"];
+    assert_eq!(
+        (gpt.cache_write, gpt.max_output_tokens),
+        (None, Some(16_384))
+    );
+    // No top_provider at all: no limit.
+    let llama = &snapshot.models["meta-llama/llama-3.3-70b-instruct"];
+    assert_eq!(llama.max_output_tokens, None);
+    let null = r#"{"data":[{"id":"a/b","pricing":{"prompt":"0.000001","completion":"0.000002"},
+                  "top_provider":{"max_completion_tokens":null}}]}"#;
+    let snapshot = loaded(&import(Format::OpenRouter, null.as_bytes()));
+    assert_eq!(snapshot.models["a/b"].max_output_tokens, None);
+}
+
+#[test]
+fn new_api_models_carry_base_prices_only() {
+    let snapshot = loaded(&import(Format::NewApi, NEW_API));
+    for (name, model) in &snapshot.models {
+        assert_eq!(
+            (
+                model.cache_write,
+                model.max_output_tokens,
+                model.tiers.len()
+            ),
+            (None, None, 0),
+            "{name}"
+        );
+    }
 }
