@@ -300,11 +300,10 @@ impl Assembler {
 
     /// Forgets the oldest finished request, or inferred trace, whichever cache is larger.
     fn evict_finished(&mut self) -> bool {
-        if self.plain.finished_bytes() > self.grouper.finished_bytes() {
-            self.plain.evict_finished() || self.grouper.evict_finished()
-        } else {
-            self.grouper.evict_finished() || self.plain.evict_finished()
-        }
+        let plain_first = self.plain.finished_bytes() > self.grouper.finished_bytes();
+        (plain_first && self.plain.evict_finished())
+            || self.grouper.evict_finished()
+            || self.plain.evict_finished()
     }
 
     /// Lets go of the logical span that arrived first and is still waiting for attempts; false
