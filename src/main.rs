@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -15,10 +16,10 @@ use retry_spend_collector::pipeline::Engine;
 use retry_spend_collector::policy::{review, PolicySet, DEFAULT_POLICIES_DIR};
 use retry_spend_collector::pricing::import::{self, Format, ImportOptions, Imported};
 use retry_spend_collector::pricing::PricingBook;
-use retry_spend_collector::replay::{self, replay, replay_to_store, ReplayOptions};
+use retry_spend_collector::replay::{self, replay, replay_to_store, ReplayOptions, Staging};
 use retry_spend_collector::report::{self, ReportFormat, DEFAULT_TOP};
 use retry_spend_collector::rules::RulesConfig;
-use retry_spend_collector::sinks::parquet::{instance, ObjectStoreConfig, Output};
+use retry_spend_collector::sinks::parquet::{ObjectStoreConfig, Output};
 
 /// The collector allocates per span on its hot path; glibc's allocator spent about a tenth of
 /// its CPU in consolidation and fragmentation under load (see BENCHMARKS.md).
@@ -130,6 +131,9 @@ enum Command {
         /// processors.retry_spend.max_pending_bytes (default 256 MiB); over it the oldest are evaluated early (counted in the summary).
         #[arg(long, value_name = "BYTES", default_value_t = replay::DEFAULT_MAX_PENDING_BYTES, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
         max_pending_bytes: u64,
+        /// With an object store output: retries of a failed upload (200 ms doubling to 30 s apart) before the replay ends with exit code 2; a 4xx answer other than 408 and 429 ends it at once.
+        #[arg(long, value_name = "N", default_value_t = replay::DEFAULT_UPLOAD_RETRIES, env = "RETRY_SPEND_UPLOAD_RETRIES")]
+        upload_retries: u32,
         /// OTLP JSON lines files; `-` reads standard input.
         #[arg(value_name = "FILE", required = true)]
         files: Vec<PathBuf>,
@@ -260,6 +264,7 @@ fn main() -> ExitCode {
             staging,
             max_pricing_age_days,
             max_pending_bytes,
+            upload_retries,
             files,
         } => run_replay(
             &pricing,
@@ -267,7 +272,11 @@ fn main() -> ExitCode {
             &output,
             staging.as_deref(),
             max_pricing_age_days,
-            max_pending_bytes,
+            ReplayOptions {
+                max_pending_bytes,
+                upload_retries,
+                ..ReplayOptions::default()
+            },
             &files,
         ),
         Command::Report {
@@ -406,13 +415,9 @@ fn run_replay(
     output: &Path,
     staging: Option<&Path>,
     max_pricing_age_days: i64,
-    max_pending_bytes: u64,
+    options: ReplayOptions,
     files: &[PathBuf],
 ) -> anyhow::Result<ExitCode> {
-    let options = ReplayOptions {
-        max_pending_bytes,
-        ..ReplayOptions::default()
-    };
     let output = Output::parse(output).context("replay --output")?;
     let engine = Engine {
         book: load_book(pricing)?,
@@ -425,32 +430,18 @@ fn run_replay(
     let summary = match &output {
         Output::Local(dir) => replay(files, &engine, dir, options, on_bad_line)?,
         Output::Remote(remote) => {
-            // Without --staging nothing outlives the replay: a failed one is simply run again.
-            let (staging_dir, temporary) = match staging {
-                Some(dir) => (dir.to_path_buf(), false),
-                None => (
-                    std::env::temp_dir().join(format!(
-                        "retry-spend-replay-{}",
-                        instance::process_instance_id()
-                    )),
-                    true,
-                ),
-            };
-            let summary = replay_to_store(
+            // Nothing staged outlives a replay that did not complete: it is simply run again.
+            let staging = Arc::new(Staging::new(staging, &options.sink.instance_id));
+            abandon_on_signal(Arc::clone(&staging))?;
+            replay_to_store(
                 files,
                 &engine,
                 remote,
                 &ObjectStoreConfig::default(),
-                &staging_dir,
+                &staging,
                 options,
                 on_bad_line,
-            )?;
-            if temporary {
-                if let Err(e) = std::fs::remove_dir_all(&staging_dir) {
-                    tracing::warn!(dir = %staging_dir.display(), error = %e, "cannot remove the staging directory");
-                }
-            }
-            summary
+            )?
         }
     };
     print_stdout(|out| write!(out, "{summary}"))?;
@@ -459,6 +450,43 @@ fn run_replay(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// At SIGTERM or SIGINT, removes what the replay staged (the objects already uploaded stay) and
+/// exits with 128 + the signal's number, as a shell reports a command a signal stopped.
+fn abandon_on_signal(staging: Arc<Staging>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the signal listener")?;
+    // Listening from here on: a signal that comes before the thread runs is not missed.
+    let (mut terminate, mut interrupt) = runtime
+        .block_on(async {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::interrupt())?,
+            ))
+        })
+        .context("cannot listen for SIGTERM and SIGINT")?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let (name, number) = runtime.block_on(async {
+                tokio::select! {
+                    _ = terminate.recv() => ("SIGTERM", 15),
+                    _ = interrupt.recv() => ("SIGINT", 2),
+                }
+            });
+            staging.abandon();
+            eprintln!(
+                "error: replay stopped by {name}; its staged files under {} are removed, the objects already uploaded stay",
+                staging.dir().display()
+            );
+            std::process::exit(128 + number);
+        })
+        .context("cannot start the signal listener")?;
+    Ok(())
 }
 
 fn run_report(location: &Path, top: usize, format: ReportFormat) -> anyhow::Result<ExitCode> {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use rust_decimal::Decimal;
@@ -15,14 +15,15 @@ use crate::contract::{AttributeKeys, SpanFacts};
 use crate::pipeline::RetrySpendConfig;
 use crate::pipeline::{Engine, IngestStats};
 use crate::record::{AttemptRow, Decision, SpendClass};
-use crate::sinks::parquet::remote::{self, LogObserver, Uploader};
+use crate::sinks::parquet::remote::{self, LogObserver, UploadRetries, Uploader};
 use crate::sinks::parquet::{
     ObjectStoreConfig, ParquetExporterConfig, ParquetSink, ParquetSinkError, RemoteOutput,
 };
 
 const WRITE_BATCH_ROWS: usize = 8192;
-/// How long a replay to an object store waits for its last uploads before giving up.
-const UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a replay to an object store waits for its last uploads: as long as they make
+/// progress, since the retry budget ([`ReplayOptions::upload_retries`]) ends a failing one.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// A line that could not be read, reported as `FILE:LINE: reason`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +140,9 @@ pub struct ReplayOptions {
     /// `processors.retry_spend.max_pending_bytes`). Over it the oldest pending requests are
     /// evaluated early, counted in [`ReplaySummary::evaluated_early`].
     pub max_pending_bytes: u64,
+    /// With an object store output: retries of a failed upload before the replay ends with an
+    /// error (a permanent error, an HTTP 4xx other than 408 and 429, ends it at once).
+    pub upload_retries: u32,
 }
 
 /// `replay`'s default budget: larger than `serve`'s, since a batch job's rows should be those of
@@ -146,12 +150,121 @@ pub struct ReplayOptions {
 /// its memory.
 pub const DEFAULT_MAX_PENDING_BYTES: u64 = 256 * 1024 * 1024;
 
+/// `replay`'s default upload retries: with the default backoff (200 ms doubling to 30 s), a
+/// store that fails for about two minutes ends the replay.
+pub const DEFAULT_UPLOAD_RETRIES: u32 = 10;
+
 impl Default for ReplayOptions {
     fn default() -> Self {
         ReplayOptions {
             sink: ParquetExporterConfig::default(),
             max_pending_bytes: DEFAULT_MAX_PENDING_BYTES,
+            upload_retries: DEFAULT_UPLOAD_RETRIES,
         }
+    }
+}
+
+/// Where a replay to an object store writes its files before their upload, and what is left of
+/// it when the replay does not complete (an error, SIGTERM or SIGINT): nothing, so that only the
+/// objects already uploaded remain.
+#[derive(Debug)]
+pub struct Staging {
+    dir: PathBuf,
+    /// The default directory, made for this replay: removed however it ends.
+    temporary: bool,
+    /// Not there before this replay: removed whole when the replay does not complete. A
+    /// directory that was keeps everything but this replay's files.
+    created: bool,
+    /// Names of this replay's files start with this (its instance id in the sink's names).
+    file_prefix: String,
+    /// Held while the replay writes into `dir`, and by [`abandon`](Self::abandon), which then
+    /// never races a file being written.
+    writing: Mutex<()>,
+}
+
+impl Staging {
+    /// `dir` (`--staging`), else a new directory under the system's temporary directory. Files
+    /// are named after `instance_id` (empty: the process's, as the sink does).
+    pub fn new(dir: Option<&Path>, instance_id: &str) -> Staging {
+        let instance_id = match instance_id {
+            "" => crate::sinks::parquet::instance::process_instance_id(),
+            id => id,
+        };
+        let (dir, temporary) = match dir {
+            Some(dir) => (dir.to_path_buf(), false),
+            None => (
+                std::env::temp_dir().join(format!("retry-spend-replay-{instance_id}")),
+                true,
+            ),
+        };
+        Staging {
+            created: temporary || !dir.exists(),
+            temporary,
+            file_prefix: format!("part-{instance_id}-"),
+            writing: Mutex::new(()),
+            dir,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn writing(&self) -> MutexGuard<'_, ()> {
+        self.writing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Removes what this replay staged, waiting for a file being written to be complete; the
+    /// caller then ends the process (the replay writes nothing after this returns only because
+    /// the process ends: the lock stays held until then).
+    pub fn abandon(&self) {
+        let writing = self.writing();
+        self.remove_unfinished();
+        std::mem::forget(writing);
+    }
+
+    /// After a replay that did not complete: its staged files, or the directory it made.
+    fn remove_unfinished(&self) {
+        let removed = match self.created {
+            true => remove_dir_all(&self.dir),
+            false => self.remove_own_files(&self.dir.join(crate::sinks::parquet::TABLE_DIR)),
+        };
+        if let Err(e) = removed {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "cannot remove the staged files");
+        }
+    }
+
+    /// This replay's files (and their temporaries) under `dir`, then the directories they leave
+    /// empty.
+    fn remove_own_files(&self, dir: &Path) -> std::io::Result<()> {
+        let entries = match std::fs::read_dir(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            entries => entries?,
+        };
+        for entry in entries {
+            let entry = entry?;
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.file_type()?.is_dir() {
+                self.remove_own_files(&path)?;
+                // Left when something else is in it.
+                let _ = std::fs::remove_dir(&path);
+            } else if name.trim_start_matches('.').starts_with(&self.file_prefix) {
+                match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `remove_dir_all`, where a directory already gone is no error.
+fn remove_dir_all(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        result => result,
     }
 }
 
@@ -171,34 +284,66 @@ pub fn replay(
     let ReplayOptions {
         sink,
         max_pending_bytes,
+        ..
     } = options;
     replay_with(
         inputs,
         engine,
         max_pending_bytes,
         || ParquetSink::new(output_dir, sink),
+        &Mutex::new(()),
         on_bad_line,
     )
 }
 
 /// [`replay`] to an object store: files are written under `staging` and uploaded whole as each
 /// is completed; it returns once every one is uploaded (`files_written` lists their URLs). The
-/// store is asked first, so bad credentials fail before any input is read.
+/// store is asked first, so bad credentials fail before any input is read. A permanent store
+/// error, or a file still failing after `upload_retries` retries, ends it with an error naming
+/// the object. Unless it succeeds, what it staged is removed: only uploaded objects remain.
 pub fn replay_to_store(
     inputs: &[PathBuf],
     engine: &Engine,
     output: &RemoteOutput,
     store: &ObjectStoreConfig,
-    staging: &Path,
+    staging: &Staging,
+    options: ReplayOptions,
+    on_bad_line: impl FnMut(&BadLine),
+) -> Result<ReplaySummary, ReplayError> {
+    let result = upload_replay(inputs, engine, output, store, staging, options, on_bad_line);
+    match &result {
+        Ok(_) if staging.temporary => {
+            if let Err(e) = remove_dir_all(&staging.dir) {
+                tracing::warn!(dir = %staging.dir.display(), error = %e, "cannot remove the staging directory");
+            }
+        }
+        Ok(_) => {}
+        Err(_) => staging.remove_unfinished(),
+    }
+    result
+}
+
+fn upload_replay(
+    inputs: &[PathBuf],
+    engine: &Engine,
+    output: &RemoteOutput,
+    store: &ObjectStoreConfig,
+    staging: &Staging,
     options: ReplayOptions,
     on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
     let client =
         remote::build_store(output, store).map_err(|e| ReplayError::Store(e.to_string()))?;
+    let ReplayOptions {
+        sink,
+        max_pending_bytes,
+        upload_retries,
+    } = options;
     let uploader = Uploader::start(
         client,
         output.clone(),
         store,
+        UploadRetries::Limited(upload_retries),
         UPLOAD_TIMEOUT,
         None,
         Arc::new(LogObserver),
@@ -207,24 +352,23 @@ pub fn replay_to_store(
     uploader.probe().map_err(|e| {
         ReplayError::Store(format!("cannot use the object store output {output}: {e}; check its credentials, region, endpoint and that the bucket exists"))
     })?;
-    let ReplayOptions {
-        sink,
-        max_pending_bytes,
-    } = options;
     replay_with(
         inputs,
         engine,
         max_pending_bytes,
-        || ParquetSink::staging(staging, sink, uploader),
+        || ParquetSink::staging(&staging.dir, sink, uploader),
+        &staging.writing,
         on_bad_line,
     )
 }
 
+/// `writing` is held whenever the sink writes files (not while it waits for their upload).
 fn replay_with(
     inputs: &[PathBuf],
     engine: &Engine,
     max_pending_bytes: u64,
     open_sink: impl FnOnce() -> Result<ParquetSink, ParquetSinkError>,
+    writing: &Mutex<()>,
     mut on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
     let mut summary = ReplaySummary::default();
@@ -242,8 +386,12 @@ fn replay_with(
         ),
         now: Instant::now(),
         ready: Ready::default(),
-        sink: open_sink()?,
+        sink: {
+            let _writing = lock(writing);
+            open_sink()?
+        },
         rows: Vec::with_capacity(WRITE_BATCH_ROWS),
+        writing,
     };
 
     let keys = engine.policies.attribute_keys();
@@ -298,11 +446,20 @@ fn replay_with(
 
     stream.ready = stream.assembler.drain_all();
     stream.write_ready(&mut summary)?;
-    summary
-        .files_written
-        .extend(stream.sink.write(&stream.rows)?);
+    {
+        let _writing = lock(writing);
+        summary
+            .files_written
+            .extend(stream.sink.write(&stream.rows)?);
+        summary.files_written.extend(stream.sink.flush_all()?);
+    }
+    // Every file is complete: what is left is waiting for their upload.
     summary.files_written.extend(stream.sink.close()?);
     Ok(summary)
+}
+
+fn lock(mutex: &Mutex<()>) -> MutexGuard<'_, ()> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Spans on their way to rows: the assembler, the requests it made ready, the batch of rows
@@ -314,6 +471,8 @@ struct Stream<'e> {
     ready: Ready,
     sink: ParquetSink,
     rows: Vec<AttemptRow>,
+    /// Held while the sink writes files.
+    writing: &'e Mutex<()>,
 }
 
 impl Stream<'_> {
@@ -352,6 +511,7 @@ impl Stream<'_> {
             // Rows go to the sink in large batches: a batch per request would pay the Arrow
             // and Parquet per-batch costs for every one to three rows.
             if self.rows.len() >= WRITE_BATCH_ROWS {
+                let _writing = lock(self.writing);
                 summary.files_written.extend(self.sink.write(&self.rows)?);
                 self.rows.clear();
             }

@@ -820,6 +820,7 @@ async fn start_uploader(
         store,
         remote.clone(),
         settings,
+        remote::UploadRetries::Unlimited,
         config.service.shutdown_timeout,
         Some(wal_dir.join(remote::JOURNAL_FILE)),
         Arc::new(observer),

@@ -23,7 +23,9 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use retry_spend_collector::record::{AttemptRow, AttemptSource, Decision, SpendClass};
 use retry_spend_collector::service::start;
-use retry_spend_collector::sinks::parquet::remote::{self, LogObserver, Uploader, MIN_PART_BYTES};
+use retry_spend_collector::sinks::parquet::remote::{
+    self, LogObserver, UploadRetries, Uploader, MIN_PART_BYTES,
+};
 use retry_spend_collector::sinks::parquet::schema::attempts_schema;
 use retry_spend_collector::sinks::parquet::{
     ObjectStoreConfig, Output, ParquetExporterConfig, ParquetSink,
@@ -329,6 +331,7 @@ fn a_file_larger_than_a_part_is_uploaded_in_parts() {
             part_bytes: MIN_PART_BYTES as u64,
             ..ObjectStoreConfig::default()
         },
+        UploadRetries::Unlimited,
         Duration::from_secs(30),
         None,
         Arc::new(LogObserver),
@@ -637,4 +640,227 @@ fn an_output_with_an_unknown_scheme_or_no_wal_dir_is_refused_at_start() {
         .map(|e| e.unwrap().path())
         .collect();
     assert!(left.is_empty(), "a refused output left {left:?}");
+}
+
+/// How [`StubStore`] answers uploads.
+#[derive(Clone, Copy)]
+enum PutAnswer {
+    /// This status, with an S3 error body.
+    Status(u16, &'static str),
+    /// No answer: the request is held open, and the test told that it arrived.
+    Hang,
+}
+
+/// An S3 endpoint that lists an empty bucket (so `replay`'s start-up check passes) and answers
+/// every upload as told: the failures moto cannot be made to give on demand.
+struct StubStore {
+    port: u16,
+    puts: std::sync::mpsc::Receiver<String>,
+}
+
+impl StubStore {
+    fn start(answer: PutAnswer) -> StubStore {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let (told, puts) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut request_line = String::new();
+                if reader.read_line(&mut request_line).is_err() {
+                    continue;
+                }
+                let mut length = 0;
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
+                        break;
+                    }
+                    if let Some((name, value)) = header.split_once(':') {
+                        if name.eq_ignore_ascii_case("content-length") {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                    }
+                }
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                let (status, reason, body) = match (request_line.starts_with("PUT "), answer) {
+                    (false, _) => (200, "OK", "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>lake</Name><KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated></ListBucketResult>".to_owned()),
+                    (true, PutAnswer::Status(status, code)) => (status, code, format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>stub</Message></Error>")),
+                    (true, PutAnswer::Hang) => {
+                        let _ = told.send(request_line);
+                        held.push(stream);
+                        continue;
+                    }
+                };
+                if request_line.starts_with("PUT ") {
+                    let _ = told.send(request_line);
+                }
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        StubStore { port, puts }
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID", "stub".to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", "stub".to_owned()),
+            ("AWS_REGION", "us-east-1".to_owned()),
+            (
+                "AWS_ENDPOINT_URL",
+                format!("http://127.0.0.1:{}", self.port),
+            ),
+            ("AWS_ALLOW_HTTP", "true".to_owned()),
+        ]
+    }
+}
+
+/// `replay` of the example to `output` with `args` added, staging under `staging`.
+fn replay_to(
+    output: &str,
+    staging: &Path,
+    args: &[&str],
+    envs: Vec<(&'static str, String)>,
+) -> Command {
+    let mut command = collector_binary();
+    command
+        .args(["replay", "--pricing", PRICING, "--output", output])
+        .arg("--staging")
+        .arg(staging)
+        .args(args)
+        .arg(EXAMPLE)
+        .envs(envs);
+    command
+}
+
+/// Runs `command` to its end: its exit code and standard error.
+fn ended(mut command: Command) -> (Option<i32>, String) {
+    let output = command.output().expect("run replay");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_missing_bucket_ends_replay_with_exit_code_2_and_the_stores_answer() {
+    let server = S3Server::start();
+    let state = tempfile::tempdir().unwrap();
+    let staging = state.path().join("staging");
+    let (code, stderr) = ended(replay_to(
+        "s3://no-such-bucket/llm",
+        &staging,
+        &[],
+        server.env(),
+    ));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot use the object store output s3://no-such-bucket/llm")
+            && stderr.contains("404")
+            && stderr.contains("NoSuchBucket"),
+        "{stderr}"
+    );
+    assert!(!staging.exists(), "the staging directory it made is gone");
+}
+
+#[test]
+fn an_upload_the_store_refuses_ends_replay_at_once_naming_the_object_and_status() {
+    // Two requests pass unauthenticated (the bucket's creation and the start-up check); the
+    // upload that follows, with keys the store does not know, is refused: 403.
+    let server = S3Server::start_with_auth(Some(2));
+    server.create_bucket(BUCKET);
+    let mut env = server.env();
+    for (key, value) in &mut env {
+        if *key == "AWS_ACCESS_KEY_ID" {
+            *value = "not-a-known-key".into();
+        }
+    }
+    let state = tempfile::tempdir().unwrap();
+    let staging = state.path().join("staging");
+    let (code, stderr) = ended(replay_to("s3://lake/refused", &staging, &[], env));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("to s3://lake/refused/attempts/date=2026-08-25/part-")
+            && stderr.contains("HTTP 403, which retrying cannot change"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("retrying in"), "no retry: {stderr}");
+    assert!(!staging.exists(), "the staging directory it made is gone");
+}
+
+#[test]
+fn a_bad_request_ends_replay_at_once_and_leaves_an_existing_staging_dir_as_it_was() {
+    let store = StubStore::start(PutAnswer::Status(400, "InvalidRequest"));
+    let staging = tempfile::tempdir().unwrap();
+    let theirs = staging
+        .path()
+        .join("attempts/date=2026-08-25/part-other-1-000000.parquet");
+    std::fs::create_dir_all(theirs.parent().unwrap()).unwrap();
+    std::fs::write(&theirs, b"another run's file").unwrap();
+    let (code, stderr) = ended(replay_to("s3://lake/bad", staging.path(), &[], store.env()));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("to s3://lake/bad/attempts/date=2026-08-25/part-")
+            && stderr.contains("HTTP 400, which retrying cannot change")
+            && stderr.contains("InvalidRequest"),
+        "{stderr}"
+    );
+    assert_eq!(store.puts.try_iter().count(), 1, "one try");
+    let left: Vec<PathBuf> = common::parquet_files(staging.path());
+    assert_eq!(left, vec![theirs], "only this replay's files are removed");
+}
+
+#[test]
+fn a_store_that_answers_503_forever_ends_replay_once_its_retries_are_spent() {
+    let store = StubStore::start(PutAnswer::Status(503, "ServiceUnavailable"));
+    let state = tempfile::tempdir().unwrap();
+    let staging = state.path().join("staging");
+    let (code, stderr) = ended(replay_to(
+        "s3://lake/down",
+        &staging,
+        &["--upload-retries", "1"],
+        store.env(),
+    ));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("to s3://lake/down/attempts/date=2026-08-25/part-")
+            && stderr.contains("HTTP 503, still failing after 1 retry (the retry budget)"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("retrying in").count(), 1, "{stderr}");
+    assert!(!staging.exists(), "the staging directory it made is gone");
+}
+
+#[test]
+fn sigterm_during_an_upload_removes_the_staging_dir_and_exits_143() {
+    let store = StubStore::start(PutAnswer::Hang);
+    let state = tempfile::tempdir().unwrap();
+    let staging = state.path().join("staging");
+    let mut command = replay_to("s3://lake/stopped", &staging, &[], store.env());
+    let child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start replay");
+    // The upload has begun: its request reached the store, which never answers.
+    let put = store.puts.recv_timeout(DEADLINE).expect("an upload");
+    assert!(put.starts_with("PUT /lake/stopped/attempts/"), "{put}");
+    assert!(
+        !common::parquet_files(&staging).is_empty(),
+        "the file being uploaded is staged"
+    );
+    signal(&child, "TERM");
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("replay stopped by SIGTERM"), "{stderr}");
+    assert!(!staging.exists(), "the staging directory is gone");
 }

@@ -98,11 +98,29 @@ print(json.dumps(rows))
     serde_json::from_slice(&result.stdout).expect("DuckDB rows as JSON")
 }
 
-/// The rows of every Parquet file under `table`, for DuckDB.
+/// The rows of every Parquet file under `table`, as the report counts them: of the rows with
+/// one (trace_id, span_id), those of the file modified last (then: the greatest name) only.
 fn table_sql(table: &Path) -> String {
+    let files = format!("'{}/**/*.parquet'", table.display());
     format!(
-        "read_parquet('{}/**/*.parquet', hive_partitioning = false)",
-        table.display()
+        "(WITH files AS (
+             SELECT filename, row_number() OVER (ORDER BY last_modified DESC, filename DESC) AS file_rank
+             FROM read_blob({files})),
+         all_rows AS (
+             SELECT * FROM read_parquet({files}, hive_partitioning = false, filename = true)
+             JOIN files USING (filename)),
+         keeper AS (
+             SELECT trace_id, span_id, min(file_rank) AS file_rank FROM all_rows GROUP BY trace_id, span_id)
+         SELECT * FROM all_rows SEMI JOIN keeper USING (trace_id, span_id, file_rank))"
+    )
+}
+
+/// Rows of every file under `table` that [`table_sql`] leaves out.
+fn left_out_sql(table: &Path) -> String {
+    format!(
+        "SELECT (SELECT count(*) FROM read_parquet('{}/**/*.parquet')) - (SELECT count(*) FROM {}) AS left_out",
+        table.display(),
+        table_sql(table)
     )
 }
 
@@ -254,7 +272,132 @@ fn assert_report_matches_duckdb(output: &Path, top: usize) -> Value {
         cells(&top_rows, REQUEST_COLUMNS),
         "top {top} requests"
     );
+
+    let left_out = duckdb(&left_out_sql(&table));
+    assert_eq!(
+        json["duplicate_rows_left_out"].as_u64(),
+        left_out[0]["left_out"].as_u64(),
+        "duplicate rows left out"
+    );
     json
+}
+
+/// The files of the table under `output`, any depth.
+fn table_files(output: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![output.join("attempts")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The report's JSON without what tells files apart: their count and the rows left out.
+fn figures(mut json: Value) -> Value {
+    let object = json.as_object_mut().expect("a JSON object");
+    object.remove("files");
+    object.remove("duplicate_rows_left_out");
+    json
+}
+
+#[test]
+fn the_example_replayed_twice_into_one_output_is_reported_once_with_the_copies_left_out() {
+    let once = tempfile::tempdir().unwrap();
+    replay(
+        &once.path().display().to_string(),
+        &[Path::new(EXAMPLE)],
+        &[],
+    );
+    let twice = tempfile::tempdir().unwrap();
+    let location = twice.path().display().to_string();
+    replay(&location, &[Path::new(EXAMPLE)], &[]);
+    replay(&location, &[Path::new(EXAMPLE)], &[]);
+    assert_eq!(table_files(twice.path()).len(), 2);
+
+    let json = assert_report_matches_duckdb(twice.path(), 100);
+    assert_eq!(json["files"], 2);
+    assert_eq!(json["duplicate_rows_left_out"], 25);
+    assert_eq!(json["total"]["attempts"], 25);
+    assert_eq!(json["total"]["incremental_usd"], "0.124486715");
+    let single = assert_report_matches_duckdb(once.path(), 100);
+    assert_eq!(single["duplicate_rows_left_out"], 0);
+    assert_eq!(figures(json), figures(single));
+
+    let table = report(&location, &[], &[]);
+    assert!(
+        table.contains(
+            "\nLeft out 25 duplicate rows: attempts (trace_id, span_id) a newer file also holds"
+        ),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().take(2).eq(["total", "25"])),
+        "{table}"
+    );
+}
+
+/// Sets the modification time of `file` to `seconds` after the epoch.
+fn set_modified(file: &Path, seconds: u64) {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds);
+    std::fs::File::options()
+        .write(true)
+        .open(file)
+        .and_then(|f| f.set_modified(time))
+        .unwrap_or_else(|e| panic!("set the modification time of {}: {e}", file.display()));
+}
+
+#[test]
+fn of_two_replays_that_disagree_the_file_modified_last_is_reported() {
+    let stale = tempfile::tempdir().unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let both = tempfile::tempdir().unwrap();
+    let run = |output: &Path, args: &[&str]| {
+        let result = collector()
+            .args(["replay", "--pricing", PRICING, "--output"])
+            .arg(output)
+            .args(args)
+            .arg(EXAMPLE)
+            .output()
+            .expect("run replay");
+        succeeded("replay", &result);
+    };
+    // Pricing checked any day before the spans is stale: every retry is unaudited.
+    run(stale.path(), &["--max-pricing-age-days", "0"]);
+    run(fresh.path(), &[]);
+    run(both.path(), &["--max-pricing-age-days", "0"]);
+    run(both.path(), &[]);
+    let stale_report = figures(assert_report_matches_duckdb(stale.path(), 100));
+    let fresh_report = figures(assert_report_matches_duckdb(fresh.path(), 100));
+    assert_ne!(stale_report, fresh_report, "the two replays disagree");
+
+    let files = table_files(both.path());
+    let [first, second] = files.as_slice() else {
+        panic!("two files: {files:?}")
+    };
+    let (stale_file, fresh_file) = match std::fs::metadata(first).unwrap().modified().unwrap()
+        < std::fs::metadata(second).unwrap().modified().unwrap()
+    {
+        true => (first, second),
+        false => (second, first),
+    };
+    let json = assert_report_matches_duckdb(both.path(), 100);
+    assert_eq!(json["duplicate_rows_left_out"], 25);
+    assert_eq!(figures(json), fresh_report, "the later replay");
+
+    set_modified(fresh_file, 1_800_000_000);
+    set_modified(stale_file, 1_800_000_001);
+    let json = assert_report_matches_duckdb(both.path(), 100);
+    assert_eq!(figures(json), stale_report, "the file modified last");
 }
 
 #[test]
@@ -431,21 +574,18 @@ fn report_reads_an_object_store_prefix_like_a_directory() {
     server.create_bucket(BUCKET);
     let env = server.env();
     let staging = tempfile::tempdir().unwrap();
-    let result = collector()
-        .args([
-            "replay",
-            "--pricing",
-            PRICING,
-            "--output",
-            "s3://lake/llm/retries",
-        ])
-        .arg("--staging")
-        .arg(staging.path())
-        .arg(EXAMPLE)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()
-        .expect("run replay");
-    succeeded("replay to S3", &result);
+    let replay_to_s3 = |prefix: &str| {
+        let result = collector()
+            .args(["replay", "--pricing", PRICING, "--output", prefix])
+            .arg("--staging")
+            .arg(staging.path())
+            .arg(EXAMPLE)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("run replay");
+        succeeded("replay to S3", &result);
+    };
+    replay_to_s3("s3://lake/llm/retries");
 
     let local = tempfile::tempdir().unwrap();
     replay(
@@ -461,6 +601,14 @@ fn report_reads_an_object_store_prefix_like_a_directory() {
         expected,
         "the table prefix itself"
     );
+
+    // The same spans replayed again into the prefix: their copies are left out.
+    replay_to_s3("s3://lake/llm/retries");
+    let json = |text: String| -> Value { serde_json::from_str(&text).expect("report JSON") };
+    let doubled = json(report("s3://lake/llm/retries", &args, &env));
+    assert_eq!(doubled["files"], 2);
+    assert_eq!(doubled["duplicate_rows_left_out"], 25);
+    assert_eq!(figures(doubled), figures(json(expected)));
 
     let missing = collector()
         .args(["report", "s3://lake/nothing-here"])

@@ -2,7 +2,9 @@
 //!
 //! Every format has the same two tables with the same column names. Money is printed exactly,
 //! as the shortest decimal that is the sum (`0.0028068`, `0`), never rounded; the unaudited
-//! share with [`SHARE_PLACES`](super::SHARE_PLACES) places.
+//! share with [`SHARE_PLACES`](super::SHARE_PLACES) places. Rows left out as copies of an
+//! attempt a newer file holds are counted: a line in the text formats when there are any (a
+//! trailing `#` comment in CSV), and always a field in JSON.
 
 use std::io::{self, Write};
 use std::str::FromStr;
@@ -157,6 +159,17 @@ fn top_title(report: &Report, shown: usize) -> String {
 
 const GROUP_TITLE: &str = "Attempts by month, task type and spend class";
 
+/// What the report left out, when it left out anything.
+fn duplicates_note(report: &Report) -> Option<String> {
+    let plural = if report.duplicates == 1 { "" } else { "s" };
+    (report.duplicates > 0).then(|| {
+        format!(
+            "Left out {} duplicate row{plural}: attempts (trace_id, span_id) a newer file also holds, each counted once, from the newest file",
+            report.duplicates
+        )
+    })
+}
+
 /// Text cells are one line: a newline or tab from a span attribute would break the columns.
 fn one_line(cell: &str) -> String {
     cell.replace(['\n', '\r', '\t'], " ")
@@ -165,6 +178,9 @@ fn one_line(cell: &str) -> String {
 fn write_text(report: &Report, top: &[&RequestLine], out: &mut dyn Write) -> io::Result<()> {
     let plural = if report.files == 1 { "" } else { "s" };
     writeln!(out, "{GROUP_TITLE} ({} Parquet file{plural})", report.files)?;
+    if let Some(note) = duplicates_note(report) {
+        writeln!(out, "{note}")?;
+    }
     let mut rows: Vec<Vec<String>> = report
         .groups()
         .map(|(key, totals)| group_cells(key, totals, NONE))
@@ -212,6 +228,10 @@ fn aligned(
 fn write_markdown(report: &Report, top: &[&RequestLine], out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "### {GROUP_TITLE}")?;
     writeln!(out)?;
+    if let Some(note) = duplicates_note(report) {
+        writeln!(out, "{note}.")?;
+        writeln!(out)?;
+    }
     let mut rows: Vec<Vec<String>> = report
         .groups()
         .map(|(key, totals)| group_cells(key, totals, NONE))
@@ -249,7 +269,8 @@ fn markdown_table(
 }
 
 /// Two CSV tables, the summary and then (unless `--top 0`) the top requests, separated by one
-/// empty line, each with its header.
+/// empty line, each with its header; then, when rows were left out as duplicates, a last line
+/// saying so as a `#` comment (what `comment='#'` in pandas and DuckDB skip).
 fn write_csv(
     report: &Report,
     top_requests: &[&RequestLine],
@@ -260,15 +281,17 @@ fn write_csv(
     for (key, totals) in report.groups() {
         csv_row(out, group_cells(key, totals, ""), GROUP_TEXT_COLUMNS)?;
     }
-    if top == 0 {
-        return Ok(());
+    if top > 0 {
+        out.write_all(b"\r\n")?;
+        csv_row(out, REQUEST_COLUMNS.iter().map(|c| (*c).to_owned()), 0)?;
+        for line in top_requests {
+            csv_row(out, request_cells(line, ""), REQUEST_TEXT_COLUMNS)?;
+        }
     }
-    out.write_all(b"\r\n")?;
-    csv_row(out, REQUEST_COLUMNS.iter().map(|c| (*c).to_owned()), 0)?;
-    for line in top_requests {
-        csv_row(out, request_cells(line, ""), REQUEST_TEXT_COLUMNS)?;
+    match duplicates_note(report) {
+        Some(note) => write!(out, "# {note}\r\n"),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// One RFC 4180 record. The first `text_columns` cells come from span attributes: one starting
@@ -301,6 +324,7 @@ fn csv_row(
 #[derive(Serialize)]
 struct JsonReport<'a> {
     files: usize,
+    duplicate_rows_left_out: u64,
     by_month: Vec<JsonGroup<'a>>,
     total: JsonTotals,
     requests_with_retries: usize,
@@ -358,6 +382,7 @@ struct JsonRequest<'a> {
 fn write_json(report: &Report, top: &[&RequestLine], out: &mut dyn Write) -> io::Result<()> {
     let json = JsonReport {
         files: report.files,
+        duplicate_rows_left_out: report.duplicates,
         by_month: report
             .groups()
             .map(|(key, totals)| JsonGroup {

@@ -2,10 +2,12 @@
 //! or an object store: attempts and incremental spend by month × task type × spend class, and
 //! the requests that spent the most on retries.
 //!
-//! [`read`] lists and decodes the files, [`Report`] adds rows up (pure, no I/O), and [`format`]
-//! prints the result. Money is summed as `rust_decimal` straight from the decimal128 columns,
+//! [`read`] lists and decodes the files, newest first; [`Report`] adds rows up (pure, no I/O),
+//! leaving out the copies of an attempt that older files hold ([`dedup`]); [`format`] prints
+//! the result. Money is summed as `rust_decimal` straight from the decimal128 columns,
 //! never through a float, so every USD figure is exact.
 
+pub mod dedup;
 pub mod format;
 pub mod read;
 #[cfg(test)]
@@ -19,6 +21,7 @@ use rust_decimal::Decimal;
 
 use crate::record::{AttemptRow, Decision, SpendClass};
 
+use dedup::Dedup;
 pub use format::ReportFormat;
 pub use read::{read, ReportError};
 
@@ -211,17 +214,36 @@ struct RequestState {
     line: RequestLine,
 }
 
-/// The running aggregation. Rows may come in any order, from any number of files.
+/// The running aggregation. Rows may come in any order within a file; files come newest first
+/// (by modification time, then name), each announced by [`begin_file`](Self::begin_file), so
+/// that an attempt written to several files is counted once, from the newest ([`dedup`]).
 #[derive(Debug, Default)]
 pub struct Report {
     groups: BTreeMap<GroupKey, Totals>,
     requests: HashMap<(String, String), RequestState>,
     total: Totals,
+    dedup: Dedup,
+    /// Files begun.
     pub files: usize,
+    /// Rows left out: their (`trace_id`, `span_id`) is in a newer file, whose rows count.
+    pub duplicates: u64,
 }
 
 impl Report {
+    /// The rows added next come from another file, older than those before it.
+    pub fn begin_file(&mut self) {
+        if self.files > 0 {
+            self.dedup.next_file();
+        }
+        self.files += 1;
+    }
+
+    /// Adds a row of the current file, unless a newer file has its attempt.
     pub fn add(&mut self, row: &ReportRow) -> Result<(), Overflow> {
+        if !self.dedup.keep(&row.trace_id, &row.span_id) {
+            self.duplicates += 1;
+            return Ok(());
+        }
         let key = GroupKey {
             month: Month::of(row.event_time),
             task_type: row.task_type.clone(),

@@ -5,9 +5,14 @@
 //! anything else a copy tool made). Names starting with `.` or `_` are skipped, files and
 //! directories alike: the sink's in-progress temporaries are `.part-….parquet.tmp`, and Spark,
 //! Hive and copy tools keep their markers and temporaries under such names.
+//!
+//! Files are read newest first: by modification time (an object's `last_modified`), then by
+//! name (the path, or the object's key), greatest first. The [`Report`] keeps each attempt's
+//! rows from the first file that has it and leaves out the copies older files hold.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int32Type, TimestampNanosecondType};
@@ -64,13 +69,13 @@ pub enum ReportError {
     Overflow,
 }
 
-/// Reads every attempts file under `location` into a [`Report`].
+/// Reads every attempts file under `location` into a [`Report`], newest first.
 pub fn read(location: &Output, store: &ObjectStoreConfig) -> Result<Report, ReportError> {
     let mut report = Report::default();
     match location {
         Output::Local(dir) => {
             let files = local_files(dir)?;
-            for file in &files {
+            for (file, _) in &files {
                 let name = file.display().to_string();
                 let opened = std::fs::File::open(file).map_err(|e| ReportError::Read {
                     file: name.clone(),
@@ -89,9 +94,15 @@ pub fn is_hidden(name: &str) -> bool {
     name.starts_with('.') || name.starts_with('_')
 }
 
+/// Newest first: by modification time, then by name, greatest first.
+fn sort_newest_first<N: Ord>(files: &mut [(N, SystemTime)]) {
+    files.sort_by(|(a, a_time), (b, b_time)| (b_time, b).cmp(&(a_time, a)));
+}
+
 /// The table files under a local location: `<dir>/attempts/` when there is one, else `dir`
-/// itself (a table or partition directory, or a single file), sorted.
-fn local_files(location: &Path) -> Result<Vec<PathBuf>, ReportError> {
+/// itself (a table or partition directory, or a single file), newest first, each with its
+/// modification time.
+fn local_files(location: &Path) -> Result<Vec<(PathBuf, SystemTime)>, ReportError> {
     let table = location.join(TABLE_DIR);
     let root = if table.is_dir() {
         table
@@ -103,9 +114,12 @@ fn local_files(location: &Path) -> Result<Vec<PathBuf>, ReportError> {
         problem: e.to_string(),
     };
     let mut files = Vec::new();
+    let modified = |path: &Path, metadata: &std::fs::Metadata| {
+        metadata.modified().map_err(|e| list_err(path, e))
+    };
     let metadata = std::fs::metadata(&root).map_err(|e| list_err(&root, e))?;
     if metadata.is_file() {
-        files.push(root.clone());
+        files.push((root.clone(), modified(&root, &metadata)?));
     } else {
         let mut pending = vec![root.clone()];
         while let Some(dir) = pending.pop() {
@@ -119,13 +133,12 @@ fn local_files(location: &Path) -> Result<Vec<PathBuf>, ReportError> {
                     continue;
                 }
                 // Follows symbolic links, as `ls -L` would: a partition may be linked in.
-                let is_dir = std::fs::metadata(&path)
-                    .map_err(|e| list_err(&path, e))?
-                    .is_dir();
-                if is_dir {
+                let metadata = std::fs::metadata(&path).map_err(|e| list_err(&path, e))?;
+                if metadata.is_dir() {
                     pending.push(path);
                 } else if name.ends_with(PARQUET_SUFFIX) {
-                    files.push(path);
+                    let time = modified(&path, &metadata)?;
+                    files.push((path, time));
                 }
             }
         }
@@ -135,7 +148,7 @@ fn local_files(location: &Path) -> Result<Vec<PathBuf>, ReportError> {
             location: root.display().to_string(),
         });
     }
-    files.sort();
+    sort_newest_first(&mut files);
     Ok(files)
 }
 
@@ -173,7 +186,7 @@ fn read_remote(
             location: remote.to_string(),
         });
     }
-    for key in keys {
+    for (key, _) in keys {
         let url = remote.url_of(&key);
         let bytes = runtime
             .block_on(async { store.get(&key).await?.bytes().await })
@@ -186,12 +199,12 @@ fn read_remote(
     Ok(())
 }
 
-/// Every table object under `prefix`, sorted, walking the listing one level at a time so that
-/// hidden directories are never descended into.
+/// Every table object under `prefix` with its `last_modified`, newest first, walking the listing
+/// one level at a time so that hidden directories are never descended into.
 async fn list_keys(
     store: &Arc<dyn ObjectStore>,
     prefix: &ObjectPath,
-) -> Result<Vec<ObjectPath>, object_store::Error> {
+) -> Result<Vec<(ObjectPath, SystemTime)>, object_store::Error> {
     let mut keys = Vec::new();
     let mut pending = vec![prefix.clone()];
     while let Some(dir) = pending.pop() {
@@ -201,12 +214,12 @@ async fn list_keys(
             listed
                 .objects
                 .into_iter()
-                .map(|o| o.location)
-                .filter(|key| visible(key) && key.as_ref().ends_with(PARQUET_SUFFIX)),
+                .filter(|o| visible(&o.location) && o.location.as_ref().ends_with(PARQUET_SUFFIX))
+                .map(|o| (o.location, o.last_modified.into())),
         );
         pending.extend(listed.common_prefixes.into_iter().filter(|p| visible(p)));
     }
-    keys.sort();
+    sort_newest_first(&mut keys);
     Ok(keys)
 }
 
@@ -221,6 +234,7 @@ fn add_file<R: ChunkReader + 'static>(
         problem: e.to_string(),
     };
     let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(|e| read_err(&e))?;
+    report.begin_file();
     let roots = check_schema(builder.schema()).map_err(|problem| ReportError::Schema {
         file: name.to_owned(),
         problem,
@@ -240,7 +254,6 @@ fn add_file<R: ChunkReader + 'static>(
             },
         })?;
     }
-    report.files += 1;
     Ok(())
 }
 

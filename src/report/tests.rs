@@ -376,6 +376,45 @@ fn json_format_keeps_money_as_exact_strings() {
 }
 
 #[test]
+fn every_format_says_how_many_duplicate_rows_were_left_out() {
+    let note = "Left out 2 duplicate rows: attempts (trace_id, span_id) a newer file also holds, each counted once, from the newest file";
+    let json: serde_json::Value =
+        serde_json::from_str(&render(ReportFormat::Json, 10)).expect("valid JSON");
+    assert_eq!(json["duplicate_rows_left_out"], 0);
+    for format in [
+        ReportFormat::Table,
+        ReportFormat::Markdown,
+        ReportFormat::Csv,
+    ] {
+        assert!(!render(format, 10).contains("Left out"), "{format:?}");
+    }
+
+    let mut report = sample_report();
+    report.duplicates = 2;
+    let rendered = |format, top| {
+        let mut out = Vec::new();
+        write(&report, top, format, &mut out).expect("written");
+        String::from_utf8(out).expect("utf-8")
+    };
+    let table = rendered(ReportFormat::Table, 10);
+    assert_eq!(table.lines().nth(1), Some(note), "{table}");
+    let markdown = rendered(ReportFormat::Markdown, 10);
+    assert!(
+        markdown.starts_with(&format!(
+            "### Attempts by month, task type and spend class\n\n{note}.\n\n| month |"
+        )),
+        "{markdown}"
+    );
+    for top in [0, 10] {
+        let csv = rendered(ReportFormat::Csv, top);
+        assert!(csv.ends_with(&format!("\r\n# {note}\r\n")), "{csv}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&rendered(ReportFormat::Json, 10)).expect("valid JSON");
+    assert_eq!(json["duplicate_rows_left_out"], 2);
+}
+
+#[test]
 fn format_names_parse_and_others_are_refused() {
     for name in ReportFormat::NAMES {
         assert!(name.parse::<ReportFormat>().is_ok(), "{name}");
@@ -387,9 +426,12 @@ fn format_names_parse_and_others_are_refused() {
 /// A retry row with every column the writer needs.
 fn attempt_row(request: &str, index: i32, event_time: i64, estimate: &str) -> AttemptRow {
     let row = retry(request, index, "over_envelope", estimate);
+    // Each request a trace of its own: the request name's bytes in hex, zero-padded.
+    let name: String = request.bytes().map(|b| format!("{b:02x}")).collect();
     AttemptRow {
         event_time,
         end_time: event_time + 1,
+        trace_id: format!("{name:0>32}"),
         span_id: format!("b7ad6b71692033{index:02}"),
         request_id: row.request_id,
         service_name: row.service_name,
@@ -451,14 +493,82 @@ fn reading_partitions_recursively_skips_temporaries_and_other_files() {
         .expect("a completed file");
     std::fs::copy(&source, nested.join("copy.parquet")).expect("copy");
 
-    let expected = report_of(&[&rows[0], &rows[1], &rows[0]].map(ReportRow::from));
+    // The copy holds the same attempts: read, and left out.
+    let expected = report_of(&[&rows[0], &rows[1]].map(ReportRow::from));
     for location in [out.path().to_path_buf(), table.clone()] {
         let report = read_local(&location).expect("report");
         assert_eq!(report.files, 3, "{}", location.display());
+        assert_eq!(report.duplicates, 1, "{}", location.display());
         assert_eq!(lines(&report), lines(&expected), "{}", location.display());
     }
     let partition_only = read_local(&partition).expect("one partition");
     assert_eq!(partition_only.total().attempts, 1);
+}
+
+#[test]
+fn an_attempt_in_two_files_counts_once_with_every_row_the_newest_file_has_of_it() {
+    // Two tries inferred from one call share its span; the older file has a copy of each row.
+    let mut tries = [first("a"), retry("a", 1, "within_envelope", "0.1")];
+    tries[1].span_id = tries[0].span_id.clone();
+    let mut older_copy = tries[1].clone();
+    older_copy.estimated_incremental_usd = Some(usd("0.7"));
+    let mut report = Report::default();
+    report.begin_file();
+    for row in &tries {
+        report.add(row).expect("no overflow");
+    }
+    report.begin_file();
+    for row in [&tries[0], &older_copy, &first("b")] {
+        report.add(row).expect("no overflow");
+    }
+    assert_eq!(report.files, 2);
+    assert_eq!(report.duplicates, 2);
+    assert_eq!(
+        summary(report.total()),
+        expected((3, "0.1", "0", 0, 0, "0.0000"))
+    );
+}
+
+/// The one completed file of `partition` not in `known`.
+fn new_file(partition: &std::path::Path, known: &[std::path::PathBuf]) -> std::path::PathBuf {
+    std::fs::read_dir(partition)
+        .expect("partition")
+        .map(|e| e.expect("entry").path())
+        .find(|p| !known.contains(p) && p.extension().is_some_and(|e| e == "parquet"))
+        .expect("a new file")
+}
+
+fn set_modified(path: &std::path::Path, seconds: u64) {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds);
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(time))
+        .expect("set the modification time");
+}
+
+#[test]
+fn a_duplicated_attempt_counts_from_the_file_modified_last_then_the_greatest_name() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let partition = out.path().join("attempts/date=2026-08-25");
+    write_rows(out.path(), &[attempt_row("a", 1, AUG_25, "0.1")]);
+    let cheap = new_file(&partition, &[]);
+    write_rows(out.path(), &[attempt_row("a", 1, AUG_25, "0.2")]);
+    let dear = new_file(&partition, std::slice::from_ref(&cheap));
+    let incremental = || {
+        let report = read_local(out.path()).expect("report");
+        assert_eq!((report.files, report.duplicates), (2, 1));
+        report.total().incremental_usd.normalize().to_string()
+    };
+
+    set_modified(&cheap, 2_000_000_000);
+    set_modified(&dear, 1_000_000_000);
+    assert_eq!(incremental(), "0.1", "the later modified");
+    set_modified(&dear, 2_000_000_001);
+    assert_eq!(incremental(), "0.2", "the later modified");
+    set_modified(&dear, 2_000_000_000);
+    let greatest = if cheap > dear { "0.1" } else { "0.2" };
+    assert_eq!(incremental(), greatest, "a tie: the greatest name");
 }
 
 #[test]

@@ -61,6 +61,9 @@ pub enum ParquetSinkError {
         output: String,
         problem: Option<String>,
     },
+    /// The uploads ended: a permanent store error or the retry budget (`replay`).
+    #[error("{0}")]
+    UploadsEnded(String),
     /// A staged file that cannot be handed to the uploader (listed, read or named).
     #[error("staging: {0}")]
     Staging(String),

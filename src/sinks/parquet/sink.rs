@@ -22,7 +22,7 @@ use super::batch::batch_from_refs;
 use super::config::ParquetExporterConfig;
 use super::instance;
 use super::remote::upload::relative_key;
-use super::remote::{Staged, Uploader};
+use super::remote::{Staged, UploadError, Uploader};
 use super::schema::{attempts_schema, HIGH_CARDINALITY_COLUMNS};
 use super::ParquetSinkError;
 use crate::config::join_problems;
@@ -257,15 +257,19 @@ impl ParquetSink {
         for (date, batch) in batches {
             self.append(date, &batch, wal, &mut completed)?;
         }
-        Ok(self.with_uploaded(completed))
+        self.with_uploaded(completed)
     }
 
-    /// Adds the objects uploaded since the last call to a call's completed files.
-    fn with_uploaded(&self, mut completed: Vec<PathBuf>) -> Vec<PathBuf> {
+    /// Adds the objects uploaded since the last call to a call's completed files; an error once
+    /// the uploads ended ([`UploadRetries::Limited`](super::remote::UploadRetries)).
+    fn with_uploaded(&self, mut completed: Vec<PathBuf>) -> Result<Vec<PathBuf>, ParquetSinkError> {
         if let Some(upload) = &self.upload {
+            if let Some(problem) = upload.staged.failure() {
+                return Err(ParquetSinkError::UploadsEnded(problem));
+            }
             completed.extend(upload.staged.take_uploaded());
         }
-        completed
+        Ok(completed)
     }
 
     /// The oldest write-ahead log record with rows in a file not yet complete: the log must be
@@ -290,7 +294,7 @@ impl ParquetSink {
             .map(|(date, _)| *date)
             .collect();
         let completed = self.complete_all(expired)?;
-        Ok(self.with_uploaded(completed))
+        self.with_uploaded(completed)
     }
 
     /// Completes every open file. If one fails the others are still completed, and the first
@@ -298,7 +302,7 @@ impl ParquetSink {
     pub fn flush_all(&mut self) -> Result<Vec<PathBuf>, ParquetSinkError> {
         let dates: Vec<NaiveDate> = self.open.keys().copied().collect();
         let completed = self.complete_all(dates)?;
-        Ok(self.with_uploaded(completed))
+        self.with_uploaded(completed)
     }
 
     /// Completes every open file and returns their paths; the shutdown path. A staging sink
@@ -308,6 +312,9 @@ impl ParquetSink {
         if let Some(upload) = &self.upload {
             let deadline = Instant::now() + upload.uploader.close_timeout();
             if !upload.staged.wait_uploaded(deadline) {
+                if let Some(problem) = upload.staged.failure() {
+                    return Err(ParquetSinkError::UploadsEnded(problem));
+                }
                 return Err(ParquetSinkError::NotUploaded {
                     files: upload.staged.counts().pending_files,
                     output: upload.uploader.remote().to_string(),
@@ -470,7 +477,10 @@ fn stage(
     upload
         .uploader
         .stage(&upload.staged, path.clone(), &relative, rows, wal)
-        .map_err(|source| ParquetSinkError::Stage { path, source })
+        .map_err(|source| match source {
+            UploadError::GaveUp(problem) => ParquetSinkError::UploadsEnded(problem),
+            source => ParquetSinkError::Stage { path, source },
+        })
 }
 
 fn create_file(

@@ -10,7 +10,8 @@ pub mod upload;
 pub use journal::JOURNAL_FILE;
 pub use store::{build as build_store, StoreError};
 pub use upload::{
-    LogObserver, Staged, StagedCounts, UploadError, UploadObserver, Uploader, MIN_PART_BYTES,
+    LogObserver, Staged, StagedCounts, UploadError, UploadObserver, UploadRetries, Uploader,
+    MIN_PART_BYTES,
 };
 
 /// Directory under the write-ahead log directory where Parquet files are written before upload.

@@ -18,10 +18,13 @@ use object_store::{
 };
 
 use super::journal::{Journal, JOURNAL_FILE};
-use super::{UploadObserver, Uploader};
+use super::upload::{http_status, is_permanent};
+use super::{UploadObserver, UploadRetries, Uploader};
 use crate::sinks::parquet::output::{Output, RemoteOutput};
 use crate::sinks::parquet::tests::retry_at;
-use crate::sinks::parquet::{LsnRange, ObjectStoreConfig, ParquetExporterConfig, ParquetSink};
+use crate::sinks::parquet::{
+    LsnRange, ObjectStoreConfig, ParquetExporterConfig, ParquetSink, ParquetSinkError,
+};
 
 /// 2025-03-14T12:00:00Z.
 const MARCH_14_NOON: i64 = 1_741_953_600_000_000_000;
@@ -33,6 +36,8 @@ const DEADLINE: Duration = Duration::from_secs(30);
 struct Gate {
     inner: InMemory,
     closed: AtomicBool,
+    /// Every put is refused as a store refuses a key it has no permission for (HTTP 403).
+    refusing: AtomicBool,
 }
 
 impl fmt::Display for Gate {
@@ -53,6 +58,12 @@ impl ObjectStore for Gate {
             return Err(object_store::Error::Generic {
                 store: "gate",
                 source: "the store is down".into(),
+            });
+        }
+        if self.refusing.load(Ordering::SeqCst) {
+            return Err(object_store::Error::PermissionDenied {
+                path: location.to_string(),
+                source: "access denied".into(),
             });
         }
         self.inner.put_opts(location, payload, opts).await
@@ -139,6 +150,10 @@ struct Setup {
 }
 
 fn setup(max_staged_bytes: u64) -> Setup {
+    setup_with(max_staged_bytes, UploadRetries::Unlimited)
+}
+
+fn setup_with(max_staged_bytes: u64, retries: UploadRetries) -> Setup {
     let Ok(Output::Remote(remote)) = Output::parse(std::path::Path::new("s3://lake/llm")) else {
         panic!("an s3 URL parses");
     };
@@ -154,6 +169,7 @@ fn setup(max_staged_bytes: u64) -> Setup {
             max_staged_bytes,
             ..ObjectStoreConfig::default()
         },
+        retries,
         Duration::from_secs(30),
         Some(state.path().join(JOURNAL_FILE)),
         Arc::new(Events(Mutex::new(sender))),
@@ -327,4 +343,94 @@ fn files_left_staged_by_an_earlier_run_are_uploaded_and_pinned_meanwhile() {
     assert_eq!(sink.oldest_open_lsn(), Some(7));
     setup.store.closed.store(false, Ordering::SeqCst);
     assert_eq!(sink.close().expect("uploaded at close").len(), 1);
+}
+
+#[test]
+fn client_errors_but_timeouts_and_throttling_are_permanent() {
+    for status in [400, 401, 403, 404, 405, 409, 411, 412, 413, 499] {
+        assert!(is_permanent(status), "{status}");
+    }
+    for status in [200, 304, 408, 429, 500, 502, 503, 504] {
+        assert!(!is_permanent(status), "{status}");
+    }
+}
+
+#[test]
+fn the_status_of_a_store_error_comes_from_its_variant_or_its_message() {
+    let not_found = object_store::Error::NotFound {
+        path: "x".into(),
+        source: "gone".into(),
+    };
+    assert_eq!(http_status(&not_found), Some(404));
+    let generic = |message: &str| object_store::Error::Generic {
+        store: "S3",
+        source: message.to_owned().into(),
+    };
+    let bad_request = generic("Error performing PUT http://s/x in 2ms - Server returned non-2xx status code: 400 Bad Request: <Error/>");
+    assert_eq!(http_status(&bad_request), Some(400));
+    assert_eq!(
+        http_status(&generic(
+            "Server returned non-2xx status code: 503 Service Unavailable: "
+        )),
+        Some(503)
+    );
+    assert_eq!(
+        http_status(&generic("error sending request: connection refused")),
+        None
+    );
+}
+
+/// Writes one row and completes its file, then waits until the sink's close gives up.
+fn close_error(setup: &Setup) -> String {
+    let mut sink = staging_sink(setup);
+    sink.write(&[retry_at(MARCH_14_NOON, 1)]).expect("write");
+    // The upload may fail before the file's completion returns, or only while close waits.
+    let ended = match sink.flush_all() {
+        Err(error) => error,
+        Ok(_) => sink.close().expect_err("the uploads end"),
+    };
+    match ended {
+        ParquetSinkError::UploadsEnded(problem) => problem,
+        other => panic!("the uploads end, not {other:?}"),
+    }
+}
+
+#[test]
+fn a_permanent_error_ends_limited_uploads_at_once_naming_the_object_and_status() {
+    let setup = setup_with(u64::MAX, UploadRetries::Limited(5));
+    setup.store.refusing.store(true, Ordering::SeqCst);
+    let problem = close_error(&setup);
+    assert!(
+        problem.contains("to s3://lake/llm/attempts/date=2025-03-14/part-")
+            && problem.contains("HTTP 403, which retrying cannot change"),
+        "{problem}"
+    );
+    assert!(
+        setup.events.try_iter().all(|e| e != Event::Failed),
+        "no retry was announced"
+    );
+    // Later files fail at once, without a try.
+    let mut sink = staging_sink(&setup);
+    sink.write(&[retry_at(MARCH_14_NOON, 2)]).expect("write");
+    assert!(matches!(
+        sink.flush_all(),
+        Err(ParquetSinkError::UploadsEnded(p)) if p == problem
+    ));
+}
+
+#[test]
+fn a_store_that_stays_down_ends_limited_uploads_once_the_retries_are_spent() {
+    let setup = setup_with(u64::MAX, UploadRetries::Limited(2));
+    setup.store.closed.store(true, Ordering::SeqCst);
+    let problem = close_error(&setup);
+    assert!(
+        problem.contains("still failing after 2 retries (the retry budget): Generic gate error: the store is down"),
+        "{problem}"
+    );
+    let retried = setup
+        .events
+        .try_iter()
+        .filter(|e| *e == Event::Failed)
+        .count();
+    assert_eq!(retried, 2);
 }

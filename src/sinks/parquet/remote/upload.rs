@@ -3,8 +3,9 @@
 //! Each file goes whole: one PUT, or a multipart upload when it is larger than a part, and an
 //! object store makes either visible only once complete, so a reader never sees a partial
 //! object. Files go in the order they were completed, one at a time; a failed upload is retried
-//! with backoff for as long as it takes. Until its upload succeeded, a file's rows count as open
-//! for the sink that staged it, which keeps its write-ahead log records pinned.
+//! with backoff, for as long as it takes or, with [`UploadRetries::Limited`], until a permanent
+//! error or the retry budget ends the uploads. Until its upload succeeded, a file's rows count
+//! as open for the sink that staged it, which keeps its write-ahead log records pinned.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
@@ -58,6 +59,18 @@ impl UploadObserver for LogObserver {
     }
 }
 
+/// How long the uploader keeps trying a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadRetries {
+    /// Every failure is retried, for as long as it takes: `serve`, whose intake waits for a store
+    /// that is down and whose write-ahead log keeps the rows meanwhile.
+    Unlimited,
+    /// A permanent error (an HTTP 4xx other than 408 and 429: a missing bucket, a refused key, a
+    /// bad request) ends the uploads at once, any other after this many retries of one file:
+    /// `replay`, a batch job that must end and say why.
+    Limited(u32),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
     #[error("cannot read staged file {}: {source}", path.display())]
@@ -77,6 +90,9 @@ pub enum UploadError {
     Start(std::io::Error),
     #[error("the uploader has stopped")]
     Stopped,
+    /// The uploads ended: a permanent error or the retry budget (`UploadRetries::Limited`).
+    #[error("{0}")]
+    GaveUp(String),
 }
 
 /// One sink's share of the uploads: its files not uploaded yet, whose rows stay open and whose
@@ -93,6 +109,8 @@ struct StagedState {
     uploaded: Vec<PathBuf>,
     uploaded_rows: u64,
     uploaded_files: u64,
+    /// Why the uploads ended, once they did: the files still pending never will be uploaded.
+    failure: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -139,10 +157,19 @@ impl Staged {
         std::mem::take(&mut self.state().uploaded)
     }
 
-    /// Waits until every staged file is uploaded, or `deadline`; true when all are.
+    /// Why the uploads ended, if they did ([`UploadRetries::Limited`]).
+    pub fn failure(&self) -> Option<String> {
+        self.state().failure.clone()
+    }
+
+    /// Waits until every staged file is uploaded, the uploads ended ([`failure`](Self::failure)),
+    /// or `deadline`; true when all are uploaded.
     pub fn wait_uploaded(&self, deadline: Instant) -> bool {
         let mut state = self.state();
         while !state.pending.is_empty() {
+            if state.failure.is_some() {
+                return false;
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
@@ -158,6 +185,13 @@ impl Staged {
 
     fn add(&self, id: u64, pending: Pending) {
         self.state().pending.insert(id, pending);
+    }
+
+    fn fail(&self, problem: &str) {
+        self.state()
+            .failure
+            .get_or_insert_with(|| problem.to_owned());
+        self.changed.notify_all();
     }
 
     fn done(&self, id: u64, url: String) {
@@ -197,6 +231,9 @@ struct Shared {
     config: ObjectStoreConfig,
     /// How long a closing sink waits for its files to be uploaded.
     close_timeout: Duration,
+    retries: UploadRetries,
+    /// Why the uploads ended, once they did; every file staged after that fails at once.
+    failure: Mutex<Option<String>>,
     journal: Option<Journal>,
     observer: Arc<dyn UploadObserver>,
     backlog: Mutex<Backlog>,
@@ -215,13 +252,14 @@ pub struct Uploader {
 }
 
 impl Uploader {
-    /// Starts uploading to `remote` as `config` says. A closing sink waits up to
-    /// `close_timeout` for its files; uploaded objects are recorded in `journal` for crash
-    /// recovery (`None`, as `replay` does: nothing is recorded).
+    /// Starts uploading to `remote` as `config` says, retrying as `retries` says. A closing
+    /// sink waits up to `close_timeout` for its files; uploaded objects are recorded in
+    /// `journal` for crash recovery (`None`, as `replay` does: nothing is recorded).
     pub fn start(
         store: Arc<dyn ObjectStore>,
         remote: RemoteOutput,
         config: &ObjectStoreConfig,
+        retries: UploadRetries,
         close_timeout: Duration,
         journal: Option<PathBuf>,
         observer: Arc<dyn UploadObserver>,
@@ -238,6 +276,8 @@ impl Uploader {
             journal: journal.map(Journal::new),
             config: config.clone(),
             close_timeout,
+            retries,
+            failure: Mutex::default(),
             observer,
             backlog: Mutex::default(),
             last_problem: Mutex::default(),
@@ -301,6 +341,10 @@ impl Uploader {
         rows: u64,
         wal: Option<LsnRange>,
     ) -> Result<(), UploadError> {
+        if let Some(problem) = lock(&self.shared.failure).clone() {
+            owner.fail(&problem);
+            return Err(UploadError::GaveUp(problem));
+        }
         let bytes = std::fs::metadata(&local)
             .map_err(|source| UploadError::Read {
                 path: local.clone(),
@@ -492,20 +536,92 @@ fn read_part(file: &mut File, limit: usize) -> std::io::Result<Vec<u8>> {
 
 async fn run(shared: Arc<Shared>, mut jobs: mpsc::UnboundedReceiver<Job>) {
     while let Some(job) = jobs.recv().await {
+        if let Some(problem) = lock(&shared.failure).clone() {
+            job.owner.fail(&problem);
+            continue;
+        }
         let mut backoff = shared.config.initial_backoff;
-        while let Err(error) = shared.upload(&job).await {
-            let waiting = lock(&shared.backlog).files;
-            let problem = format!(
-                "cannot upload {} to {}: {error}; retrying in {backoff:?}, {waiting} files waiting",
+        let mut retries = 0;
+        loop {
+            let error = match shared.upload(&job).await {
+                Ok(()) => {
+                    shared.finish(job);
+                    break;
+                }
+                Err(error) => error,
+            };
+            let failed = format!(
+                "cannot upload {} to {}",
                 job.local.display(),
                 shared.remote.url_of(&job.key),
             );
             *lock(&shared.last_problem) = Some(error.to_string());
-            shared.observer.failed(&problem);
+            if let Some(reason) = give_up(shared.retries, &error, retries) {
+                let problem = format!("{failed}: {reason}: {error}");
+                tracing::error!("{problem}");
+                *lock(&shared.failure) = Some(problem.clone());
+                job.owner.fail(&problem);
+                break;
+            }
+            let waiting = lock(&shared.backlog).files;
+            shared.observer.failed(&format!(
+                "{failed}: {error}; retrying in {backoff:?}, {waiting} files waiting"
+            ));
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(shared.config.max_backoff);
+            retries += 1;
         }
-        shared.finish(job);
+    }
+}
+
+/// Why a failed upload, already retried `retries` times, is not tried again; `None`: it is.
+fn give_up(budget: UploadRetries, error: &UploadError, retries: u32) -> Option<String> {
+    let UploadRetries::Limited(limit) = budget else {
+        return None;
+    };
+    let status = match error {
+        UploadError::Store(error) => http_status(error),
+        _ => None,
+    };
+    let answered = status.map(|s| format!("HTTP {s}, ")).unwrap_or_default();
+    match status {
+        Some(status) if is_permanent(status) => Some(format!(
+            "the store answered HTTP {status}, which retrying cannot change"
+        )),
+        _ if retries >= limit => Some(format!(
+            "{answered}still failing after {} (the retry budget)",
+            match retries {
+                1 => "1 retry".to_owned(),
+                n => format!("{n} retries"),
+            }
+        )),
+        _ => None,
+    }
+}
+
+/// A client error, but for a timeout (408) and throttling (429), which pass.
+pub fn is_permanent(status: u16) -> bool {
+    (400..500).contains(&status) && status != 408 && status != 429
+}
+
+/// The HTTP status a store answered with, when the error came from one. `object_store` gives the
+/// common ones variants of their own and keeps the others in a private type, whose message says
+/// `status code: 400 Bad Request`.
+pub fn http_status(error: &object_store::Error) -> Option<u16> {
+    use object_store::Error;
+    match error {
+        Error::NotFound { .. } => Some(404),
+        Error::PermissionDenied { .. } => Some(403),
+        Error::Unauthenticated { .. } => Some(401),
+        Error::AlreadyExists { .. } => Some(409),
+        Error::Precondition { .. } => Some(412),
+        Error::NotModified { .. } => Some(304),
+        other => {
+            let message = other.to_string();
+            let (_, rest) = message.split_once("status code: ")?;
+            let status: u16 = rest.get(..3)?.parse().ok()?;
+            (100..600).contains(&status).then_some(status)
+        }
     }
 }
 
