@@ -7,7 +7,7 @@ HTTP JSON) whether the envelope allows it, and stops with a structured refusal w
 instead of quietly escalating cost. Afterwards it sends the attempts as OTLP spans carrying the
 same envelope, so the audit writes for each retry what the service answered.
 
-    cargo run -- serve &                                  # the collector, on 127.0.0.1
+    cargo run --release -- serve &                        # the collector, on 127.0.0.1
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install openai
     /tmp/venv/bin/python examples/decide_before_retry.py --fake-upstream
 

@@ -84,6 +84,8 @@ pub struct ServeOverrides {
     pub parquet_enabled: Option<bool>,
     /// `--wal`: `Some(false)` runs without the write-ahead log.
     pub wal_enabled: Option<bool>,
+    /// `--wal-dir` / `RETRY_SPEND_WAL_DIR`: `[wal] dir`.
+    pub wal_dir: Option<PathBuf>,
     /// An empty string turns forwarding off, so an environment variable can undo the file.
     pub forward_endpoint: Option<String>,
     /// `--workers`: pipeline shards.
@@ -215,6 +217,9 @@ impl Config {
         if let Some(enabled) = o.wal_enabled {
             self.wal.enabled = enabled;
         }
+        if let Some(dir) = o.wal_dir {
+            self.wal.dir = dir;
+        }
         if let Some(workers) = o.workers {
             self.processors.retry_spend.workers = workers;
         }
@@ -258,7 +263,7 @@ impl Config {
             problems.check(
                 !output.is_remote() || !self.wal.dir.as_os_str().is_empty(),
                 "wal.dir",
-                "must be set when exporters.parquet.output_dir is an object store URL: the write-ahead log and the Parquet files waiting for upload stay on local disk",
+                "must be set when exporters.parquet.output_dir is an object store URL: the write-ahead log and the Parquet files waiting for upload stay on local disk; set it with --wal-dir DIR, RETRY_SPEND_WAL_DIR or [wal] dir in the --config file",
             );
         }
         problems.0
@@ -675,6 +680,17 @@ mod tests {
             ),
             "{msg}"
         );
+        assert!(
+            msg.contains("--wal-dir DIR, RETRY_SPEND_WAL_DIR or [wal] dir"),
+            "{msg}"
+        );
+        let mut c = Config::default();
+        c.apply(ServeOverrides {
+            output_dir: Some(PathBuf::from("s3://lake/llm")),
+            wal_dir: Some(PathBuf::from("/var/lib/retry-spend")),
+            ..ServeOverrides::default()
+        });
+        c.validate("flags").unwrap();
         let c = parse(
             "[exporters.parquet]\noutput_dir = \"s3://lake/llm\"\ninstance_id = \"eu-1\"\n\n[exporters.parquet.object_store]\nendpoint = \"http://127.0.0.1:9000\"\nallow_http = true\npart_bytes = 8388608\n\n[wal]\ndir = \"/var/lib/retry-spend\"\n",
         )
@@ -707,9 +723,11 @@ mod tests {
             forward_endpoint: Some("http://b:4317".to_owned()),
             parquet_enabled: Some(false),
             wal_enabled: Some(false),
+            wal_dir: Some(PathBuf::from("/var/lib/retry-spend-wal")),
             workers: Some(3),
         });
         assert_eq!(c.processors.retry_spend.worker_count(), 3);
+        assert_eq!(c.wal.dir, Path::new("/var/lib/retry-spend-wal"));
         assert!(!c.exporters.parquet.enabled);
         assert!(!c.wal.enabled);
         assert_eq!(c.receivers.otlp.grpc_addr, addr(1));

@@ -5,6 +5,7 @@ pub mod config;
 pub mod contract;
 pub mod crash;
 pub mod decisions;
+pub mod error_chain;
 pub mod pipeline;
 pub mod policy;
 pub mod pricing;

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use chrono::NaiveDate;
@@ -12,10 +12,11 @@ use clap::builder::TypedValueParser;
 use clap::{Parser, Subcommand};
 
 use retry_spend_collector::config::{parse_duration_arg, Config, ServeOverrides};
+use retry_spend_collector::error_chain;
 use retry_spend_collector::pipeline::Engine;
 use retry_spend_collector::policy::{review, PolicySet, DEFAULT_POLICIES_DIR};
 use retry_spend_collector::pricing::import::{self, Format, ImportOptions, Imported};
-use retry_spend_collector::pricing::PricingBook;
+use retry_spend_collector::pricing::{age, PricingBook};
 use retry_spend_collector::replay::{self, replay, replay_to_store, ReplayOptions, Staging};
 use retry_spend_collector::report::{self, ReportFormat, DEFAULT_TOP};
 use retry_spend_collector::rules::RulesConfig;
@@ -88,6 +89,10 @@ struct ServeArgs {
     /// `off` answers exports without the write-ahead log (a crash loses unwritten rows)
     #[arg(long, value_name = "ON|OFF", value_parser = ["on", "off"])]
     wal: Option<String>,
+    /// Local state: the write-ahead log, and with an object store output the files waiting for
+    /// upload; overrides [wal] dir [default: OUTPUT/wal; required with an object store output]
+    #[arg(long, value_name = "DIR", env = "RETRY_SPEND_WAL_DIR")]
+    wal_dir: Option<PathBuf>,
     /// Downstream OTLP gRPC endpoint to forward enriched spans to, e.g. http://127.0.0.1:14317
     #[arg(long, value_name = "URL", env = "RETRY_SPEND_FORWARD_ENDPOINT")]
     forward_endpoint: Option<String>,
@@ -121,9 +126,12 @@ enum Command {
             env = "RETRY_SPEND_OUTPUT_DIR"
         )]
         output: PathBuf,
-        /// With an object store output: where files are written before upload [default: a new directory under the system's temporary directory]
+        /// With an object store output: where files are written before upload, kept afterwards [default: a new directory under --wal-dir, removed afterwards]
         #[arg(long, value_name = "DIR")]
         staging: Option<PathBuf>,
+        /// With an object store output: local state; files are staged in a new directory under it, removed once uploaded [default: the system's temporary directory]
+        #[arg(long, value_name = "DIR", env = "RETRY_SPEND_WAL_DIR")]
+        wal_dir: Option<PathBuf>,
         /// A snapshot checked more than this many days before a span is stale.
         #[arg(long, value_name = "DAYS", default_value_t = RulesConfig::default().max_pricing_age_days)]
         max_pricing_age_days: i64,
@@ -172,8 +180,9 @@ enum PolicyCommand {
     /// Validate every policy file of a directory and print each policy, one line each, in the
     /// order requests are matched: diff two outputs to review which envelopes a change moves.
     Check {
-        #[arg(value_name = "DIR", default_value = DEFAULT_POLICIES_DIR)]
-        dir: PathBuf,
+        /// [default: config/policies, no policies if missing, as for serve]
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
         /// Also check that each pinned pricing version is loaded from this directory.
         #[arg(long, value_name = "DIR")]
         pricing: Option<PathBuf>,
@@ -262,6 +271,7 @@ fn main() -> ExitCode {
             policies,
             output,
             staging,
+            wal_dir,
             max_pricing_age_days,
             max_pending_bytes,
             upload_retries,
@@ -270,7 +280,10 @@ fn main() -> ExitCode {
             &pricing,
             policies.as_deref(),
             &output,
-            staging.as_deref(),
+            StagingArgs {
+                dir: staging.as_deref(),
+                state_dir: wal_dir.as_deref(),
+            },
             max_pricing_age_days,
             ReplayOptions {
                 max_pending_bytes,
@@ -295,12 +308,12 @@ fn main() -> ExitCode {
         },
         Command::Policy {
             command: PolicyCommand::Check { dir, pricing },
-        } => policy_check(&dir, pricing.as_deref()),
+        } => policy_check(dir.as_deref(), pricing.as_deref()),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain::one_line(&e));
             ExitCode::from(2)
         }
     }
@@ -310,7 +323,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
         None if Path::new(DEFAULT_CONFIG).is_file() => Config::load(Path::new(DEFAULT_CONFIG))?,
-        None => Config::default(),
+        None => {
+            tracing::info!(
+                "no config file at {}: built-in defaults; point at one with --config FILE or RETRY_SPEND_CONFIG",
+                absolute(Path::new(DEFAULT_CONFIG)).display()
+            );
+            Config::default()
+        }
     };
     config.apply(ServeOverrides {
         grpc_addr: args.grpc_addr,
@@ -324,6 +343,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         forward_endpoint: args.forward_endpoint,
         parquet_enabled: args.sink.map(|sink| sink == "parquet"),
         wal_enabled: args.wal.map(|wal| wal == "on"),
+        wal_dir: args.wal_dir,
         workers: args.workers,
     });
     config.validate("command line")?;
@@ -373,7 +393,7 @@ async fn wait_for_signal(
                     bearer_tokens = reloaded.tokens,
                     "SIGHUP: pricing snapshots reloaded, envelope policies reloaded"
                 ),
-                Err(e) => tracing::error!("SIGHUP: {e:#}; nothing reloaded, keeping the snapshots, policies, certificate and tokens in use"),
+                Err(e) => tracing::error!("SIGHUP: {}; nothing reloaded, keeping the snapshots, policies, certificate and tokens in use", error_chain::one_line(&e)),
             },
         }
     }
@@ -390,7 +410,14 @@ fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{text:?} resolves to no address"))
 }
 
+/// `replay --pricing`, `policy check --pricing`.
 fn load_book(dir: &Path) -> anyhow::Result<PricingBook> {
+    if !dir.exists() {
+        anyhow::bail!(
+            "cannot load pricing snapshots: there is no directory {}; point at one with --pricing DIR or RETRY_SPEND_PRICING_DIR (the default, config/pricing, is relative to the current directory)",
+            absolute(dir).display()
+        );
+    }
     let book = PricingBook::load_dir(dir)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("cannot load pricing snapshots from {}", dir.display()))?;
@@ -401,6 +428,12 @@ fn load_book(dir: &Path) -> anyhow::Result<PricingBook> {
 }
 
 fn load_policies(dir: Option<&Path>) -> anyhow::Result<PolicySet> {
+    if let Some(dir) = dir.filter(|dir| !dir.exists()) {
+        anyhow::bail!(
+            "cannot load envelope policies: there is no directory {}; point at one with --policies DIR or RETRY_SPEND_POLICIES_DIR, or leave both out to run without policies",
+            absolute(dir).display()
+        );
+    }
     PolicySet::load(dir)
         .map_err(anyhow::Error::msg)
         .with_context(|| {
@@ -409,18 +442,31 @@ fn load_policies(dir: Option<&Path>) -> anyhow::Result<PolicySet> {
         })
 }
 
+/// Where `replay` to an object store writes files before their upload.
+struct StagingArgs<'a> {
+    /// `--staging`: this directory, kept.
+    dir: Option<&'a Path>,
+    /// `--wal-dir`: a new directory under this one (else the system's temporary directory),
+    /// removed once every file is uploaded.
+    state_dir: Option<&'a Path>,
+}
+
 fn run_replay(
     pricing: &Path,
     policies: Option<&Path>,
     output: &Path,
-    staging: Option<&Path>,
+    staging: StagingArgs<'_>,
     max_pricing_age_days: i64,
     options: ReplayOptions,
     files: &[PathBuf],
 ) -> anyhow::Result<ExitCode> {
     let output = Output::parse(output).context("replay --output")?;
+    let book = load_book(pricing)?;
+    if let Some(stale) = age::stale_newest(&book, SystemTime::now(), max_pricing_age_days) {
+        tracing::warn!("{stale}");
+    }
     let engine = Engine {
-        book: load_book(pricing)?,
+        book,
         rules: RulesConfig {
             max_pricing_age_days,
         },
@@ -431,7 +477,11 @@ fn run_replay(
         Output::Local(dir) => replay(files, &engine, dir, options, on_bad_line)?,
         Output::Remote(remote) => {
             // Nothing staged outlives a replay that did not complete: it is simply run again.
-            let staging = Arc::new(Staging::new(staging, &options.sink.instance_id));
+            let staging = Arc::new(Staging::new(
+                staging.dir,
+                staging.state_dir,
+                &options.sink.instance_id,
+            ));
             abandon_on_signal(Arc::clone(&staging))?;
             replay_to_store(
                 files,
@@ -489,6 +539,12 @@ fn abandon_on_signal(staging: Arc<Staging>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `path` from the root, for messages about relative defaults: the current directory is often
+/// not the one a user thinks.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
 fn run_report(location: &Path, top: usize, format: ReportFormat) -> anyhow::Result<ExitCode> {
     let location = Output::parse(location).context("report")?;
     let report = report::read(&location, &ObjectStoreConfig::default())?;
@@ -510,6 +566,13 @@ fn print_stdout(
 }
 
 fn pricing_check(dir: &Path) -> anyhow::Result<ExitCode> {
+    if !dir.exists() {
+        eprintln!(
+            "there is no directory {}; pass the pricing directory as DIR (the default, config/pricing, is relative to the current directory)",
+            absolute(dir).display()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
     let book = match PricingBook::load_dir(dir) {
         Ok(book) => book,
         Err(errors) => {
@@ -629,7 +692,21 @@ fn today_utc() -> NaiveDate {
 }
 /// Lists every policy of `dir` one a line, in matching order, with its match and its envelope;
 /// warns (still exit 0) about envelopes that would leave rows unaudited. Exit 1 on any error.
-fn policy_check(dir: &Path, pricing: Option<&Path>) -> anyhow::Result<ExitCode> {
+/// Without `dir`, a missing `config/policies` is no error: `serve` and `replay` then run without
+/// policies, and so says the check.
+fn policy_check(dir: Option<&Path>, pricing: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let default = Path::new(DEFAULT_POLICIES_DIR);
+    if dir.is_none() && !default.exists() {
+        print_stdout(|out| {
+            writeln!(
+                out,
+                "no envelope policies: there is no {} (serve and replay run without policies; pass a DIR to check another directory)",
+                absolute(default).display()
+            )
+        })?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let dir = dir.unwrap_or(default);
     let set = match PolicySet::load_dir(dir, true) {
         Ok(set) => set,
         Err(errors) => {

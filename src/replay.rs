@@ -183,9 +183,10 @@ pub struct Staging {
 }
 
 impl Staging {
-    /// `dir` (`--staging`), else a new directory under the system's temporary directory. Files
-    /// are named after `instance_id` (empty: the process's, as the sink does).
-    pub fn new(dir: Option<&Path>, instance_id: &str) -> Staging {
+    /// `dir` (`--staging`), else a new directory under `parent` (`--wal-dir`), else under the
+    /// system's temporary directory. Files are named after `instance_id` (empty: the
+    /// process's, as the sink does).
+    pub fn new(dir: Option<&Path>, parent: Option<&Path>, instance_id: &str) -> Staging {
         let instance_id = match instance_id {
             "" => crate::sinks::parquet::instance::process_instance_id(),
             id => id,
@@ -193,7 +194,9 @@ impl Staging {
         let (dir, temporary) = match dir {
             Some(dir) => (dir.to_path_buf(), false),
             None => (
-                std::env::temp_dir().join(format!("retry-spend-replay-{instance_id}")),
+                parent
+                    .map_or_else(std::env::temp_dir, Path::to_path_buf)
+                    .join(format!("retry-spend-replay-{instance_id}")),
                 true,
             ),
         };

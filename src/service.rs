@@ -25,7 +25,7 @@ use crate::pipeline::{
     SummaryStore, Watermark, Worker, WorkerSummary,
 };
 use crate::policy::{PolicySet, DEFAULT_POLICIES_DIR};
-use crate::pricing::PricingBook;
+use crate::pricing::{age, PricingBook};
 use crate::receivers::auth::{Authenticator, Tokens};
 use crate::receivers::tls::TlsIdentity;
 use crate::receivers::{grpc, http, DiscardConsumer, TracesConsumer};
@@ -170,7 +170,7 @@ impl Collector {
                 ]
                 .into_iter()
                 .flatten()
-                .map(|e| format!("{e:#}"))
+                .map(|e| crate::error_chain::one_line(&e))
                 .collect();
                 anyhow::bail!("{}", problems.join("; "));
             }
@@ -271,6 +271,13 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     let book = load_pricing(&processor.pricing_dir, "load")?;
     if book.is_empty() {
         tracing::warn!(dir = %processor.pricing_dir.display(), "no pricing snapshots found: every envelope will be unknown_pricing_version");
+    }
+    if let Some(stale) = age::stale_newest(
+        &book,
+        std::time::SystemTime::now(),
+        processor.max_pricing_age_days,
+    ) {
+        tracing::warn!("{stale}");
     }
     let rules = processor.rules();
     let policies = load_policies(processor.policies_dir.as_deref(), "load")?;
@@ -852,12 +859,24 @@ fn yield_to_receivers() {
 
 /// `verb`: "load" at start, "reload" on SIGHUP.
 fn load_pricing(dir: &std::path::Path, verb: &str) -> anyhow::Result<PricingBook> {
+    if !dir.exists() {
+        anyhow::bail!(
+            "cannot {verb} pricing snapshots: there is no directory {}; point at one with --pricing DIR, RETRY_SPEND_PRICING_DIR or processors.retry_spend.pricing_dir in the --config file (the default, config/pricing, is relative to the current directory)",
+            std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()).display()
+        );
+    }
     PricingBook::load_dir(dir)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("cannot {verb} pricing snapshots from {}", dir.display()))
 }
 
 fn load_policies(dir: Option<&std::path::Path>, verb: &str) -> anyhow::Result<PolicySet> {
+    if let Some(dir) = dir.filter(|dir| !dir.exists()) {
+        anyhow::bail!(
+            "cannot {verb} envelope policies: there is no directory {}; point at one with --policies DIR, RETRY_SPEND_POLICIES_DIR or processors.retry_spend.policies_dir, or leave them out to run without policies",
+            std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()).display()
+        );
+    }
     PolicySet::load(dir)
         .map_err(anyhow::Error::msg)
         .with_context(|| {

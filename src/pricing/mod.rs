@@ -1,5 +1,6 @@
 //! Pricing snapshots (SPEC §3): dated rate cards the envelopes pin, and the cost formula.
 
+pub mod age;
 mod book;
 pub mod import;
 mod snapshot;

@@ -78,6 +78,10 @@ pub struct ParquetSink {
     open: BTreeMap<NaiveDate, OpenFile>,
     stats: SinkStats,
     upload: Option<SinkUpload>,
+    /// The directories [`new`](Self::new) created, deepest first. A sink dropped without
+    /// [`close`](Self::close) (a run that failed, say on a port in use or a missing input)
+    /// removes those still empty: a failed run leaves no empty `attempts/` behind.
+    created_dirs: Vec<PathBuf>,
 }
 
 /// Where a staging sink's completed files go.
@@ -154,6 +158,11 @@ impl ParquetSink {
             configured => configured.to_owned(),
         };
         let table_dir = output_dir.into().join(TABLE_DIR);
+        let created_dirs = table_dir
+            .ancestors()
+            .take_while(|dir| !dir.as_os_str().is_empty() && !dir.exists())
+            .map(Path::to_path_buf)
+            .collect();
         create_dir(&table_dir)?;
         Ok(Self {
             properties: writer_properties(&config),
@@ -163,6 +172,7 @@ impl ParquetSink {
             open: BTreeMap::new(),
             stats: SinkStats::default(),
             upload: None,
+            created_dirs,
         })
     }
 
@@ -308,6 +318,7 @@ impl ParquetSink {
     /// Completes every open file and returns their paths; the shutdown path. A staging sink
     /// also waits, up to its uploader's close timeout, until each of its files is uploaded.
     pub fn close(mut self) -> Result<Vec<PathBuf>, ParquetSinkError> {
+        self.created_dirs.clear();
         let mut completed = self.flush_all()?;
         if let Some(upload) = &self.upload {
             let deadline = Instant::now() + upload.uploader.close_timeout();
@@ -456,6 +467,12 @@ impl Drop for ParquetSink {
                 "parquet sink dropped without close; discarding the open file"
             );
             discard(file);
+        }
+        for dir in &self.created_dirs {
+            // Fails, and keeps the directory, once anything (a partition, a file) is in it.
+            if fs::remove_dir(dir).is_err() {
+                break;
+            }
         }
     }
 }

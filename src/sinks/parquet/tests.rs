@@ -588,3 +588,32 @@ fn zero_bounds_are_rejected() {
         ));
     }
 }
+
+#[test]
+fn a_sink_dropped_without_writing_leaves_no_directory_it_created() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = dir.path().join("data").join("nested");
+    drop(ParquetSink::new(&output, ParquetExporterConfig::default()).expect("sink"));
+    assert!(
+        !dir.path().join("data").exists(),
+        "a failed run's dirs stay"
+    );
+
+    // An output that was there stays, and so does one a closed sink made.
+    drop(ParquetSink::new(dir.path(), ParquetExporterConfig::default()).expect("sink"));
+    assert!(dir.path().exists());
+    let sink = ParquetSink::new(&output, ParquetExporterConfig::default()).expect("sink");
+    sink.close().expect("close");
+    assert!(output.join("attempts").is_dir());
+}
+
+#[test]
+fn a_sink_dropped_after_writing_keeps_its_directories() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = dir.path().join("data");
+    let mut sink = ParquetSink::new(&output, ParquetExporterConfig::default()).expect("sink");
+    sink.write(&[retry_at(MARCH_14_NOON, 1)]).expect("write");
+    sink.flush_all().expect("flush");
+    drop(sink);
+    assert_eq!(files_under(&output).len(), 1);
+}
