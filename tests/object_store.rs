@@ -155,6 +155,7 @@ fn collector_binary() -> Command {
 }
 
 #[test]
+#[ignore = "needs moto's S3 server (run by .ci/run)"]
 fn replay_uploads_every_row_with_the_exact_schema() {
     let server = S3Server::start();
     server.create_bucket(BUCKET);
@@ -215,6 +216,7 @@ fn serve_config(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto's S3 server (run by .ci/run)"]
 async fn serve_uploads_the_rows_replay_writes_and_records_each_object() {
     let server = S3Server::start();
     server.create_bucket(BUCKET);
@@ -308,6 +310,7 @@ fn bulky_row(n: usize, reason_bytes: usize) -> AttemptRow {
 }
 
 #[test]
+#[ignore = "needs moto's S3 server (run by .ci/run)"]
 fn a_file_larger_than_a_part_is_uploaded_in_parts() {
     let server = S3Server::start();
     server.create_bucket(BUCKET);
@@ -369,6 +372,7 @@ fn a_file_larger_than_a_part_is_uploaded_in_parts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto's S3 server (run by .ci/run)"]
 async fn a_store_that_goes_down_refuses_once_the_backlog_is_full_and_loses_nothing() {
     let mut server = S3Server::start();
     server.create_bucket(BUCKET);
@@ -476,6 +480,7 @@ fn spawn_serve(args: &[&str], envs: &[(&'static str, String)]) -> (std::process:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto's S3 server (run by .ci/run)"]
 async fn a_crash_right_after_an_upload_neither_loses_nor_duplicates() {
     let server = S3Server::start();
     server.create_bucket(BUCKET);
@@ -542,6 +547,7 @@ async fn a_crash_right_after_an_upload_neither_loses_nor_duplicates() {
 }
 
 #[test]
+#[ignore = "needs moto's S3 server (run by .ci/run)"]
 fn bad_credentials_fail_at_start_and_nothing_is_accepted() {
     // The bucket is made by the one unauthenticated request; every later one needs known keys.
     let server = S3Server::start_with_auth(Some(1));
@@ -751,6 +757,7 @@ fn ended(mut command: Command) -> (Option<i32>, String) {
 }
 
 #[test]
+#[ignore = "needs moto's S3 server (run by .ci/run)"]
 fn a_missing_bucket_ends_replay_with_exit_code_2_and_the_stores_answer() {
     let server = S3Server::start();
     let state = tempfile::tempdir().unwrap();
@@ -772,6 +779,7 @@ fn a_missing_bucket_ends_replay_with_exit_code_2_and_the_stores_answer() {
 }
 
 #[test]
+#[ignore = "needs moto's S3 server (run by .ci/run)"]
 fn an_upload_the_store_refuses_ends_replay_at_once_naming_the_object_and_status() {
     // Two requests pass unauthenticated (the bucket's creation and the start-up check); the
     // upload that follows, with keys the store does not know, is refused: 403.

@@ -231,7 +231,8 @@ fn fallback_after_sdk_retries(envelope: bool) -> Vec<Expected<'static>> {
     ]
 }
 
-/// A recording's spans: (span id, start, end) of its GenAI spans and HTTP tries in start order.
+/// A recording's spans: (span id, start, end) of its GenAI spans and HTTP tries in start order,
+/// the times as the table holds them (microseconds).
 #[derive(Debug, Default)]
 struct Spans {
     genai: Vec<(String, String, String)>,
@@ -275,8 +276,9 @@ fn spans_of(exports: &[ExportTraceServiceRequest]) -> Spans {
         let entry = (
             span.start_time_unix_nano,
             hex(&span.span_id),
-            span.start_time_unix_nano.to_string(),
-            span.end_time_unix_nano.to_string(),
+            // The table's microseconds: the span's nanoseconds truncated.
+            (span.start_time_unix_nano / 1000).to_string(),
+            (span.end_time_unix_nano / 1000).to_string(),
         );
         if has(&span.attributes, "gen_ai.request.model") {
             genai.push(entry);

@@ -78,18 +78,21 @@ rows = [
 ]
 print(json.dumps(rows))
 "#;
-    let result = Command::new("python3")
+    let python = common::python::program();
+    let result = common::python::python()
         .args(["-c", SCRIPT, sql])
         .output()
         .unwrap_or_else(|e| {
-            panic!("cannot run python3 ({e}): the report tests check their numbers with DuckDB's Python package")
+            panic!("cannot run {python} ({e}): the report tests check their numbers with DuckDB's Python package")
         });
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert_ne!(
         result.status.code(),
         Some(3),
-        "the report tests need DuckDB to check the report's numbers: {stderr}\
-         Install it with `python3 -m pip install duckdb` (what .ci/run does)."
+        "the report tests need DuckDB to check the report's numbers: {python} lacks it: {stderr}\
+         Install it, or set {} to a python that has it (.ci/run makes a virtual environment \
+         with it).",
+        common::python::PYTHON_ENV
     );
     assert!(
         result.status.success(),
@@ -309,6 +312,7 @@ fn figures(mut json: Value) -> Value {
 }
 
 #[test]
+#[ignore = "needs Python's duckdb (run by .ci/run)"]
 fn the_example_replayed_twice_into_one_output_is_reported_once_with_the_copies_left_out() {
     let once = tempfile::tempdir().unwrap();
     replay(
@@ -357,6 +361,7 @@ fn set_modified(file: &Path, seconds: u64) {
 }
 
 #[test]
+#[ignore = "needs Python's duckdb (run by .ci/run)"]
 fn of_two_replays_that_disagree_the_file_modified_last_is_reported() {
     let stale = tempfile::tempdir().unwrap();
     let fresh = tempfile::tempdir().unwrap();
@@ -401,6 +406,7 @@ fn of_two_replays_that_disagree_the_file_modified_last_is_reported() {
 }
 
 #[test]
+#[ignore = "needs Python's duckdb (run by .ci/run)"]
 fn the_example_report_matches_duckdb_over_the_same_files() {
     let out = tempfile::tempdir().unwrap();
     replay(
@@ -457,6 +463,7 @@ fn many_months_of_requests(dir: &Path, copies: u64) -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs Python's duckdb (run by .ci/run)"]
 fn a_year_of_generated_requests_reports_what_duckdb_computes() {
     let dir = tempfile::tempdir().unwrap();
     let input = many_months_of_requests(dir.path(), 40);
@@ -569,6 +576,7 @@ fn a_closed_stdout_ends_replay_and_report_quietly() {
 }
 
 #[test]
+#[ignore = "needs moto's S3 server (run by .ci/run)"]
 fn report_reads_an_object_store_prefix_like_a_directory() {
     let server = S3Server::start();
     server.create_bucket(BUCKET);

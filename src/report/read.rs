@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Decimal128Type, Int32Type, TimestampNanosecondType};
+use arrow_array::types::{Decimal128Type, Int32Type, TimestampMicrosecondType};
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::Schema;
 use object_store::path::Path as ObjectPath;
@@ -300,7 +300,7 @@ fn decode(batch: &RecordBatch, report: &mut Report) -> Result<(), Problem> {
         }
         Ok(array.as_ref())
     };
-    let event_time = column(schema::EVENT_TIME)?.as_primitive::<TimestampNanosecondType>();
+    let event_micros = column(schema::EVENT_TIME)?.as_primitive::<TimestampMicrosecondType>();
     let trace_id = column(schema::TRACE_ID)?.as_string::<i32>();
     let span_id = column(schema::SPAN_ID)?.as_string::<i32>();
     let request_id = column(schema::REQUEST_ID)?.as_string::<i32>();
@@ -324,8 +324,16 @@ fn decode(batch: &RecordBatch, report: &mut Report) -> Result<(), Problem> {
                 ))
             })?)
         };
+        // The report keeps the rows' nanoseconds, like the sink's rows before they were written.
+        let micros = event_micros.value(i);
+        let event_time = micros.checked_mul(schema::NANOS_PER_MICRO).ok_or_else(|| {
+            Problem::Value(format!(
+                "{} {micros} µs is past what nanoseconds since 1970 hold (year 2262)",
+                schema::EVENT_TIME
+            ))
+        })?;
         let row = ReportRow {
-            event_time: event_time.value(i),
+            event_time,
             trace_id: trace_id.value(i).to_owned(),
             span_id: span_id.value(i).to_owned(),
             request_id: request_id.value(i).to_owned(),

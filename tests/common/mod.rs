@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Date32Type, Decimal128Type, Int32Type, Int64Type, TimestampNanosecondType,
+    Date32Type, Decimal128Type, Int32Type, Int64Type, TimestampMicrosecondType,
 };
 use arrow_array::{Array, RecordBatch};
-use arrow_schema::{DataType, SchemaRef};
+use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 /// One row as column name → rendered value ("NULL" for nulls), easy to compare and print.
@@ -137,8 +137,9 @@ fn render(column: &dyn Array, i: usize) -> String {
         DataType::Int64 => column.as_primitive::<Int64Type>().value(i).to_string(),
         DataType::Boolean => column.as_boolean().value(i).to_string(),
         DataType::Decimal128(_, _) => column.as_primitive::<Decimal128Type>().value_as_string(i),
-        DataType::Timestamp(_, _) => column
-            .as_primitive::<TimestampNanosecondType>()
+        // The stored microseconds.
+        DataType::Timestamp(TimeUnit::Microsecond, _) => column
+            .as_primitive::<TimestampMicrosecondType>()
             .value(i)
             .to_string(),
         DataType::Date32 => {
@@ -169,6 +170,7 @@ pub fn usd(rendered: &str) -> String {
 pub mod child;
 pub mod collector;
 pub mod otel;
+pub mod python;
 pub mod s3;
 pub mod secure;
 pub mod spans;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::{
     ArrayRef, BooleanArray, Date32Array, Decimal128Array, Int32Array, Int64Array, RecordBatch,
-    TimestampNanosecondArray,
+    TimestampMicrosecondArray,
 };
 use rust_decimal::{Decimal, RoundingStrategy};
 
@@ -126,10 +126,13 @@ pub fn scaled_i128_to_decimal(scaled: i128) -> Option<Decimal> {
         .map(|d| d.normalize())
 }
 
+/// `value` is a row's nanoseconds; the column holds them truncated to microseconds.
 fn timestamps(rows: &[&AttemptRow], value: impl Fn(&AttemptRow) -> i64) -> ArrayRef {
     Arc::new(
-        TimestampNanosecondArray::from_iter_values(rows.iter().map(|r| value(r)))
-            .with_timezone(schema::TIMESTAMP_TZ),
+        TimestampMicrosecondArray::from_iter_values(
+            rows.iter().map(|r| schema::timestamp_micros(value(r))),
+        )
+        .with_timezone(schema::TIMESTAMP_TZ),
     )
 }
 

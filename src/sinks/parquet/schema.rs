@@ -88,9 +88,19 @@ pub fn money_type() -> DataType {
     DataType::Decimal128(MONEY_PRECISION, MONEY_SCALE)
 }
 
-/// The data type of `event_time` and `end_time`.
+/// The data type of `event_time` and `end_time`: microseconds, the unit every lake engine reads
+/// (Spark refuses nanosecond timestamps unless told to read them as plain integers).
 pub fn timestamp_type() -> DataType {
-    DataType::Timestamp(TimeUnit::Nanosecond, Some(TIMESTAMP_TZ.into()))
+    DataType::Timestamp(TimeUnit::Microsecond, Some(TIMESTAMP_TZ.into()))
+}
+
+/// Nanoseconds in one microsecond of the timestamp columns.
+pub const NANOS_PER_MICRO: i64 = 1_000;
+
+/// A span time in the columns' unit: its nanoseconds floored to the microsecond, so the value
+/// stays within the `date` partition its untruncated start picked.
+pub fn timestamp_micros(nanos: i64) -> i64 {
+    nanos.div_euclid(NANOS_PER_MICRO)
 }
 
 /// The element field of `violations`: a list never holds a null violation.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Date32Type, Decimal128Type, Int32Type, Int64Type, TimestampNanosecondType,
+    Date32Type, Decimal128Type, Int32Type, Int64Type, TimestampMicrosecondType,
 };
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, Field, TimeUnit};
@@ -159,7 +159,7 @@ fn total_rows(paths: &[PathBuf]) -> usize {
 
 #[test]
 fn schema_has_every_spec_column_in_row_order() {
-    let ts = DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
     let money = DataType::Decimal128(38, 18);
     let list = DataType::List(Arc::new(Field::new("item", DataType::Utf8, false)));
     let expected: Vec<(&str, DataType, bool)> = vec![
@@ -266,17 +266,20 @@ fn every_value_round_trips_through_a_file() {
     };
 
     let event_time = col(schema::EVENT_TIME);
-    let event_time = event_time.as_primitive::<TimestampNanosecondType>();
+    let event_time = event_time.as_primitive::<TimestampMicrosecondType>();
     assert_eq!(
         event_time.values(),
-        &[MARCH_14_NOON, MARCH_14_NOON + 5 * NANOS_PER_SECOND]
+        &[
+            MARCH_14_NOON / 1000,
+            (MARCH_14_NOON + 5 * NANOS_PER_SECOND) / 1000
+        ]
     );
     let end_time = col(schema::END_TIME);
     assert_eq!(
-        end_time.as_primitive::<TimestampNanosecondType>().values(),
+        end_time.as_primitive::<TimestampMicrosecondType>().values(),
         &[
-            MARCH_14_NOON + NANOS_PER_SECOND,
-            MARCH_14_NOON + 7 * NANOS_PER_SECOND
+            (MARCH_14_NOON + NANOS_PER_SECOND) / 1000,
+            (MARCH_14_NOON + 7 * NANOS_PER_SECOND) / 1000
         ]
     );
 
@@ -389,6 +392,45 @@ fn money_too_large_for_the_column_is_written_as_null() {
         .column_by_name(schema::ACTUAL_ATTEMPT_USD)
         .expect("column present");
     assert!(actual.is_valid(0));
+}
+
+#[test]
+fn times_are_truncated_to_microseconds_and_partitioned_by_the_untruncated_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut sink = ParquetSink::new(dir.path(), ParquetExporterConfig::default()).expect("sink");
+    // The last nanosecond of 2025-03-14, and a start 999 ns past a microsecond.
+    let midnight = MARCH_14_NOON + ONE_DAY / 2;
+    let mut last = retry_at(midnight - 1, 1);
+    last.end_time = midnight + 1_999;
+    sink.write(&[last, retry_at(MARCH_14_NOON + 1_999, 2)])
+        .expect("write");
+    let files = sink.close().expect("close");
+
+    let partition = |f: &PathBuf| f.parent().and_then(Path::file_name).map(|n| n.to_owned());
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(
+        partition(&files[0]).as_deref(),
+        Some("date=2025-03-14".as_ref())
+    );
+    let (_, batch) = read_file(&files[0]);
+    let micros = |name: &str| {
+        let column = batch.column_by_name(name).expect("column");
+        column
+            .as_primitive::<TimestampMicrosecondType>()
+            .values()
+            .to_vec()
+    };
+    assert_eq!(
+        micros(schema::EVENT_TIME),
+        [midnight / 1000 - 1, MARCH_14_NOON / 1000 + 1]
+    );
+    assert_eq!(
+        micros(schema::END_TIME),
+        [
+            midnight / 1000 + 1,
+            (MARCH_14_NOON + 2 * NANOS_PER_SECOND) / 1000 + 1
+        ]
+    );
 }
 
 #[test]
