@@ -82,9 +82,10 @@ async fn plain_instrumentation_gives_the_replay_rows_in_serve() {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
         .collect();
     files.sort();
-    assert!(files.len() >= 3, "the recordings are there");
+    assert!(files.len() >= 20, "the recordings are there");
     for file in files {
         let replayed = tempfile::tempdir().unwrap();
         retry_spend_collector::replay::replay(
@@ -102,13 +103,20 @@ async fn plain_instrumentation_gives_the_replay_rows_in_serve() {
         )
         .unwrap();
         let expected = common::read_table(replayed.path()).1;
-        assert!(
-            expected
-                .iter()
-                .any(|r| r["attempt_source"] != "single" && r["attempt_source"] != "declared"),
-            "{} has inferred attempts",
-            file.display()
-        );
+        // A recording whose spans do not show the tries (its truth file says so) has none.
+        let truth = file.with_extension("truth.json");
+        let shows_tries = std::fs::read_to_string(&truth).map_or(true, |text| {
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()["shows_tries"] == true
+        });
+        if shows_tries {
+            assert!(
+                expected
+                    .iter()
+                    .any(|r| r["attempt_source"] != "single" && r["attempt_source"] != "declared"),
+                "{} has inferred attempts",
+                file.display()
+            );
+        }
         let mut requests: Vec<ExportTraceServiceRequest> = std::fs::read_to_string(&file)
             .unwrap()
             .lines()
