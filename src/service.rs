@@ -40,7 +40,7 @@ use crate::wal::{self, WalWriter};
 use std::collections::HashSet;
 
 use crate::contract::wire::read_export;
-use crate::contract::{SharedAttributeKeys, SpanId, TraceId};
+use crate::contract::SharedAttributeKeys;
 
 mod topology;
 
@@ -645,7 +645,7 @@ struct PendingShard {
 struct Pipeline {
     shards: Vec<PendingShard>,
     /// Spans a completed file already holds: replayed as context, never as rows again.
-    written: Arc<HashSet<(TraceId, SpanId)>>,
+    written: Arc<crate::sinks::parquet::WrittenRows>,
     senders: Vec<mpsc::Sender<PipelineMessage>>,
     log_receiver: mpsc::Receiver<LogMessage>,
     wal_writer: Option<WalWriter>,

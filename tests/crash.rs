@@ -172,3 +172,92 @@ async fn sigkill_under_load_loses_no_acknowledged_span() {
     assert!(acknowledged.len() >= 300);
     restart_and_check(&output, &config, &acknowledged).await;
 }
+
+/// Inference runs on whole traces, after recovery too: rows of plain instrumentation that a
+/// completed file held when the process died are recognised and not written again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inferred_rows_in_a_file_completed_before_a_crash_are_not_written_again() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/instrumented");
+    let recordings = [
+        "anthropic-sdk-sdk-retries",
+        "vercel-fallback",
+        "pydantic-ai-fallback",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("collector.toml");
+    std::fs::write(
+        &config,
+        "[processors.retry_spend]\ngroup_wait = \"100ms\"\n[exporters.parquet]\nmax_rows_per_file = 1\n",
+    )
+    .unwrap();
+    let output = dir.path().join("out");
+    let mut collector = start(
+        &output,
+        &["--config", config.to_str().unwrap()],
+        &[("RETRY_SPEND_CRASH_AT", "parquet_rename:2")],
+    );
+    let mut client = TraceServiceClient::connect(format!("http://{}", collector.grpc_addr))
+        .await
+        .unwrap();
+    let mut expected_rows = 0;
+    for name in recordings {
+        let path = format!("{fixtures}/{name}.jsonl");
+        let text = std::fs::read_to_string(&path).unwrap();
+        for line in text.lines() {
+            let request =
+                retry_spend_collector::contract::otlp_json::parse_request(line.as_bytes()).unwrap();
+            client.export(request).await.unwrap();
+        }
+        let replayed = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
+            .args([
+                "replay",
+                "--pricing",
+                common::collector::PRICING,
+                "--output",
+            ])
+            .arg(replayed.path())
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(status.status.success());
+        expected_rows += read_table(replayed.path()).1.len();
+    }
+    let status = tokio::task::spawn_blocking(move || collector.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !status.success(),
+        "the collector crashed as arranged ({status})"
+    );
+    assert!(
+        !read_table(&output).1.is_empty(),
+        "rows were written before the crash"
+    );
+
+    let mut restarted = start(&output, &["--config", config.to_str().unwrap()], &[]);
+    signal(&restarted.child, "TERM");
+    let status = tokio::task::spawn_blocking(move || restarted.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "restarted collector exit status {status}");
+    let (_, rows) = read_table(&output);
+    let mut keys: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["trace_id"].clone(),
+                r["span_id"].clone(),
+                r["attempt_index"].clone(),
+            )
+        })
+        .collect();
+    keys.sort();
+    let before = keys.len();
+    keys.dedup();
+    assert_eq!(keys.len(), before, "no row written twice");
+    assert_eq!(rows.len(), expected_rows, "every row, once");
+}

@@ -15,10 +15,10 @@ use tokio::sync::mpsc;
 use super::{regroup, Engine, ExportPart, PipelineMessage, RawSpan, SummaryStore, Watermark};
 use crate::assemble::{Assembler, FastMap, GroupKey, Offer, Ready, Summary};
 use crate::contract::{SpanId, SpanKind, TraceId};
-use crate::record::AttemptRow;
+use crate::record::{AttemptRow, AttemptSource};
 use crate::sinks::forward::{enrich, ForwardHandle};
 use crate::sinks::metrics::{Health, Metrics};
-use crate::sinks::parquet::{LsnRange, ParquetSink, ParquetSinkError};
+use crate::sinks::parquet::{LsnRange, ParquetSink, ParquetSinkError, WrittenRows};
 
 pub const PARQUET_COMPONENT: &str = "parquet";
 /// How often the worker tells the log which segments it no longer needs.
@@ -85,6 +85,9 @@ pub struct Worker {
     batch: Vec<AttemptRow>,
     batch_lsns: Option<LsnRange>,
     summaries: Option<Saved>,
+    /// Spans whose rows completed files held at start-up: inference, which runs on whole traces
+    /// after recovery, makes their rows again, and they are dropped then.
+    recovered: WrittenRows,
 }
 
 /// Where the finished-request cache is saved, and how current the saved copy is.
@@ -131,6 +134,7 @@ impl Worker {
             last_checkpoint: Instant::now(),
             last_tick: Instant::now(),
             unwritten: Vec::new(),
+            recovered: HashSet::new(),
             batch: Vec::with_capacity(WRITE_BATCH_ROWS),
             batch_lsns: None,
             summaries: None,
@@ -162,15 +166,22 @@ impl Worker {
         &mut self,
         restored: Vec<Summary>,
         records: Vec<(u64, ExportPart)>,
-        written: &HashSet<(TraceId, SpanId)>,
+        written: &WrittenRows,
     ) {
         let now = Instant::now();
+        let written_spans: HashSet<(TraceId, SpanId)> = written
+            .iter()
+            .map(|&(trace, span, _)| (trace, span))
+            .collect();
         self.assembler.restore(restored);
         for (lsn, part) in records {
-            self.ingest(part, now, Some(lsn), written, true);
+            self.ingest(part, now, Some(lsn), &written_spans, true);
             self.next_lsn = self.next_lsn.max(lsn + 1);
         }
         self.assembler.end_recovery();
+        if self.assembler.pending_requests() > 0 {
+            self.recovered = written.clone();
+        }
         self.checkpoint(now, true);
     }
 
@@ -450,6 +461,9 @@ impl Worker {
         if ready.evicted > 0 {
             self.metrics.requests_evicted(ready.evicted);
         }
+        if ready.duplicates > 0 {
+            self.metrics.duplicate_spans(ready.duplicates);
+        }
         // Rows go straight into the write batch (taken out while `self` is borrowed below).
         let mut batch = std::mem::take(&mut self.batch);
         let start = batch.len();
@@ -469,8 +483,15 @@ impl Worker {
                 self.logical_lsns
                     .remove(&(logical.trace_id, logical.span_id));
             }
+            let before = batch.len();
             self.engine.evaluate_into(&request, &mut batch);
+            if !self.recovered.is_empty() && request.attempt_source != AttemptSource::Declared {
+                self.drop_recovered(&mut batch, before);
+            }
             self.assembler.finish(request);
+        }
+        if !self.recovered.is_empty() && self.assembler.pending_requests() == 0 {
+            self.recovered = HashSet::new();
         }
         self.summary.requests += requests;
         let rows = &batch[start..];
@@ -487,6 +508,16 @@ impl Worker {
         if self.batch.len() >= WRITE_BATCH_ROWS {
             self.flush_batch();
         }
+    }
+
+    /// Drops the rows from `start` on that a completed file held before the restart.
+    fn drop_recovered(&self, batch: &mut Vec<AttemptRow>, start: usize) {
+        let new = batch.split_off(start);
+        batch.extend(new.into_iter().filter(|row| {
+            crate::contract::ids_from_hex(&row.trace_id, &row.span_id).is_none_or(
+                |(trace, span)| !self.recovered.contains(&(trace, span, row.attempt_index)),
+            )
+        }));
     }
 
     fn flush_batch(&mut self) {
@@ -517,7 +548,9 @@ impl Worker {
         }
         let Some(forward) = &self.forward else { return };
         let mut batch = Vec::with_capacity(rows.len());
-        for row in rows {
+        // Last first: a span that made several rows (a call's spanless tries share its id) is
+        // enriched with its last attempt's values.
+        for row in rows.iter().rev() {
             let Some(id) = crate::contract::ids_from_hex(&row.trace_id, &row.span_id) else {
                 continue;
             };

@@ -24,7 +24,7 @@ mod written;
 pub use config::{ObjectStoreConfig, ParquetExporterConfig};
 pub use output::{Output, OutputError, RemoteOutput};
 pub use sink::{LsnRange, ParquetSink, SinkStats, TABLE_DIR, WAL_LSN_KEY};
-pub use written::{remove_temporary_files, written_spans};
+pub use written::{remove_temporary_files, written_spans, RowKey, WrittenRows};
 
 /// Everything that can go wrong writing the `attempts` table. Each I/O case names the path, so
 /// the operator knows which directory or disk to look at.

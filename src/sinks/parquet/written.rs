@@ -12,9 +12,16 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::reader::ChunkReader;
 
-use super::schema::{SPAN_ID, TRACE_ID};
+use super::schema::{ATTEMPT_INDEX, SPAN_ID, TRACE_ID};
 use super::sink::{LsnRange, TABLE_DIR, WAL_LSN_KEY};
 use crate::contract::{SpanId, TraceId};
+
+/// A row's key: trace id, span id and attempt index (the spanless tries of a resend count share
+/// their call's span id, SPEC §2).
+pub type RowKey = (TraceId, SpanId, i32);
+
+/// The keys of the rows completed files hold.
+pub type WrittenRows = HashSet<RowKey>;
 
 /// Every file in the partitions of `<output_dir>/attempts/`, with its name.
 fn partition_files(output_dir: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
@@ -65,7 +72,7 @@ pub(super) fn completed_files(output_dir: &Path) -> std::io::Result<Vec<PathBuf>
         .collect())
 }
 
-/// The (trace id, span id) of every row in completed files that cover write-ahead log records
+/// The key of every row in completed files that cover write-ahead log records
 /// at or after `from_lsn`. Only footers are read for the other files. With `owner`, only the
 /// files that instance named are read: another collector sharing the directory numbers its own
 /// log records, so its files say nothing about this log.
@@ -73,7 +80,7 @@ pub fn written_spans(
     output_dir: &Path,
     from_lsn: u64,
     owner: Option<&str>,
-) -> Result<HashSet<(TraceId, SpanId)>, String> {
+) -> Result<WrittenRows, String> {
     let mut written = HashSet::new();
     let files = completed_files(output_dir)
         .map_err(|e| format!("cannot list {}: {e}", output_dir.join(TABLE_DIR).display()))?;
@@ -117,19 +124,19 @@ pub(super) fn footer_summary(path: &Path) -> Result<(Option<LsnRange>, u64), Str
     Ok((lsn_range(&metadata), rows))
 }
 
-/// Adds to `written` the ids of every row of one file (a local file or an object's bytes) when
+/// Adds to `written` the key of every row of one file (a local file or an object's bytes) when
 /// its footer says it covers log records at or after `from_lsn`.
 pub fn spans_in<R: ChunkReader + 'static>(
     reader: R,
     from_lsn: u64,
-    written: &mut HashSet<(TraceId, SpanId)>,
+    written: &mut WrittenRows,
 ) -> Result<(), parquet::errors::ParquetError> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(reader)?;
     if lsn_range(builder.metadata()).is_none_or(|range| range.max < from_lsn) {
         return Ok(());
     }
     let schema = builder.parquet_schema();
-    let columns = [TRACE_ID, SPAN_ID].map(|name| {
+    let columns = [TRACE_ID, SPAN_ID, ATTEMPT_INDEX].map(|name| {
         schema
             .columns()
             .iter()
@@ -140,19 +147,28 @@ pub fn spans_in<R: ChunkReader + 'static>(
     let reader = builder.with_projection(mask).build()?;
     for batch in reader {
         let batch = batch?;
-        let (Some(traces), Some(spans)) = (
+        let (Some(traces), Some(spans), Some(indices)) = (
             batch.column_by_name(TRACE_ID),
             batch.column_by_name(SPAN_ID),
+            batch.column_by_name(ATTEMPT_INDEX),
         ) else {
             continue;
         };
-        let (traces, spans) = (traces.as_string::<i32>(), spans.as_string::<i32>());
+        let (Some(traces), Some(spans), Some(indices)) = (
+            traces.as_string_opt::<i32>(),
+            spans.as_string_opt::<i32>(),
+            indices.as_primitive_opt::<arrow_array::types::Int32Type>(),
+        ) else {
+            continue;
+        };
         for i in 0..batch.num_rows() {
-            if traces.is_null(i) || spans.is_null(i) {
+            if traces.is_null(i) || spans.is_null(i) || indices.is_null(i) {
                 continue;
             }
-            if let Some(ids) = crate::contract::ids_from_hex(traces.value(i), spans.value(i)) {
-                written.insert(ids);
+            if let Some((trace, span)) =
+                crate::contract::ids_from_hex(traces.value(i), spans.value(i))
+            {
+                written.insert((trace, span, indices.value(i)));
             }
         }
     }

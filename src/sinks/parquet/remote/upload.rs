@@ -22,7 +22,6 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::sync::mpsc;
 
 use super::journal::{Entry, Journal};
-use crate::contract::{SpanId, TraceId};
 use crate::sinks::parquet::config::ObjectStoreConfig;
 use crate::sinks::parquet::output::RemoteOutput;
 use crate::sinks::parquet::written::spans_in;
@@ -376,7 +375,7 @@ impl Uploader {
     pub fn recorded_spans(
         &self,
         from_lsn: Option<u64>,
-    ) -> Result<HashSet<(TraceId, SpanId)>, String> {
+    ) -> Result<crate::sinks::parquet::WrittenRows, String> {
         let mut written = HashSet::new();
         let Some(journal) = &self.shared.journal else {
             return Ok(written);
