@@ -1666,3 +1666,200 @@ fn first_missing_retry_is_the_smallest_absent_index_from_one() {
         );
     }
 }
+
+/// A snapshot with the optional fields of SPEC §3: a cache-write price, an output limit and a
+/// long-context tier above 200k input tokens that omits the cached price.
+const TIERED: &str = r#"{
+  "pricing_source": "test://tiered",
+  "pricing_checked_at": "2026-08-22",
+  "pricing_version": "tiered-v1",
+  "currency": "USD",
+  "unit": "per_million_tokens",
+  "group_ratio": {"default": "1", "vip": "0.5"},
+  "models": {
+    "long": {"family": "x", "input": "1", "output": "2", "cached_input": "0.1",
+             "cache_write": "1.25", "max_output_tokens": 4000,
+             "tiers": [{"above_input_tokens": 200000, "input": "2", "output": "4"}]},
+    "plain": {"family": "x", "input": "1", "output": "2"}
+  }
+}"#;
+
+fn tiered_book() -> PricingBook {
+    let mut book = book();
+    book.insert(Snapshot::from_bytes("tiered.json".as_ref(), TIERED.as_bytes()).unwrap())
+        .unwrap();
+    book
+}
+
+fn tiered_envelope() -> EnvelopeFields {
+    env_with(|e| {
+        e.pricing_source = Some("test://tiered".into());
+        e.pricing_version = Some("tiered-v1".into());
+        e.billing_group = Some("default".into());
+        e.max_incremental_usd = Some(d("10"));
+        e.allowed_fallback_families = Some(vec!["x".into()]);
+    })
+}
+
+/// The rows of a first attempt and one retry of `model`, the retry shaped by `retry`.
+fn tiered_rows(
+    env: EnvelopeFields,
+    model: &str,
+    retry: impl FnOnce(&mut SpanFacts),
+) -> Vec<AttemptRow> {
+    let attempts = vec![attempt(0, model), with(attempt(1, model), retry)];
+    evaluate(
+        &request_with(env, attempts),
+        &tiered_book(),
+        &RulesConfig::default(),
+    )
+}
+
+#[test]
+fn cache_write_tokens_are_priced_at_the_cache_write_price() {
+    let rows = tiered_rows(tiered_envelope(), "long", |a| {
+        a.cache_write_input_tokens = Count::Value(2_000);
+    });
+    let retry = &rows[1];
+    // (4,000 uncached × 1 + 4,000 cached × 0.1 + 2,000 cache-write × 1.25 + 800 × 2) / 1e6
+    assert_eq!(retry.planned_attempt_usd, Some(d("0.0085")));
+    assert_eq!(retry.cache_write_input_tokens, Some(2_000));
+    assert_eq!(retry.price_tier_above_input_tokens, None);
+    assert!(retry.audited);
+}
+
+#[test]
+fn without_a_cache_write_price_cache_writes_bill_at_the_input_price() {
+    let rows = tiered_rows(tiered_envelope(), "plain", |a| {
+        a.cache_write_input_tokens = Count::Value(2_000);
+        a.cached_input_tokens = Count::Missing;
+    });
+    // (8,000 uncached + 2,000 cache-write, both × 1, + 800 × 2) / 1e6
+    assert_eq!(rows[1].planned_attempt_usd, Some(d("0.0116")));
+}
+
+#[test]
+fn a_long_context_attempt_is_priced_at_its_tier_and_names_the_threshold() {
+    let rows = tiered_rows(tiered_envelope(), "long", |a| {
+        a.input_tokens = Count::Value(300_000);
+    });
+    let retry = &rows[1];
+    // The tier omits the cached price: 4,000 cached stay at the base 0.1.
+    // (296,000 × 2 + 4,000 × 0.1 + 800 × 4) / 1e6; actual with 300 out.
+    assert_eq!(retry.planned_attempt_usd, Some(d("0.5956")));
+    assert_eq!(retry.actual_attempt_usd, Some(d("0.5936")));
+    assert_eq!(retry.price_tier_above_input_tokens, Some(200_000));
+    assert_eq!(rows[0].price_tier_above_input_tokens, None);
+}
+
+#[test]
+fn exactly_at_a_tier_threshold_is_not_above_it() {
+    let rows = tiered_rows(tiered_envelope(), "long", |a| {
+        a.input_tokens = Count::Value(200_000);
+    });
+    // (196,000 × 1 + 4,000 × 0.1 + 800 × 2) / 1e6
+    assert_eq!(rows[1].planned_attempt_usd, Some(d("0.198")));
+    assert_eq!(rows[1].price_tier_above_input_tokens, None);
+}
+
+#[test]
+fn tier_prices_follow_the_group_ratio() {
+    let env = env_with(|e| {
+        *e = tiered_envelope();
+        e.billing_group = Some("vip".into());
+    });
+    let rows = tiered_rows(env, "long", |a| a.input_tokens = Count::Value(300_000));
+    assert_eq!(rows[1].planned_attempt_usd, Some(d("0.2978")));
+    assert_eq!(rows[1].group_ratio, Some(d("0.5")));
+}
+
+#[test]
+fn more_cached_and_cache_write_tokens_than_input_is_invalid_usage() {
+    let rows = tiered_rows(tiered_envelope(), "long", |a| {
+        a.input_tokens = Count::Value(5_000);
+        a.cache_write_input_tokens = Count::Value(1_001);
+    });
+    assert_eq!(rows[1].unaudited_reason, Some(R::InvalidUsage));
+    assert_eq!(rows[1].planned_attempt_usd, None);
+}
+
+#[test]
+fn an_attempt_without_max_tokens_plans_with_the_envelopes_assumed_cap() {
+    let env = env_with(|e| {
+        *e = tiered_envelope();
+        e.assumed_output_cap = Some(1_000);
+    });
+    let rows = tiered_rows(env, "long", |a| a.output_cap = Count::Missing);
+    assert_eq!(rows[1].output_cap, Some(1_000));
+    assert_eq!(rows[1].output_cap_source, Some(OutputCapSource::Envelope));
+    assert_eq!(rows[0].output_cap_source, Some(OutputCapSource::Request));
+    // (6,000 × 1 + 4,000 × 0.1 + 1,000 × 2) / 1e6
+    assert_eq!(rows[1].planned_attempt_usd, Some(d("0.0084")));
+    assert!(rows[1].audited);
+}
+
+#[test]
+fn without_an_assumed_cap_the_snapshots_max_output_tokens_is_the_cap() {
+    let rows = tiered_rows(tiered_envelope(), "long", |a| a.output_cap = Count::Missing);
+    assert_eq!(rows[1].output_cap, Some(4_000));
+    assert_eq!(rows[1].output_cap_source, Some(OutputCapSource::Pricing));
+    let rows = tiered_rows(tiered_envelope(), "plain", |a| {
+        a.output_cap = Count::Missing
+    });
+    assert_eq!(rows[1].output_cap, None);
+    assert_eq!(rows[1].output_cap_source, None);
+    assert_eq!(rows[1].unaudited_reason, Some(R::OutputCapMissing));
+}
+
+#[test]
+fn a_policys_assumed_cap_applies_and_the_spans_own_comes_first() {
+    let policies = PolicySet::parse([(
+        std::path::PathBuf::from("p.toml"),
+        r#"
+[[policy]]
+name = "all"
+[policy.envelope]
+pricing_version = "tiered-v1"
+pricing_checked_at = "2026-08-22"
+pricing_source = "test://tiered"
+billing_group = "default"
+max_incremental_usd = "10"
+max_attempts_after_first = 2
+assumed_output_cap = 1000
+"#
+        .to_owned(),
+    )])
+    .unwrap();
+    let plain = |cap: Option<i64>| {
+        let mut a = with(attempt(1, "long"), |a| a.output_cap = Count::Missing);
+        if let Some(cap) = cap {
+            a.envelope = Arc::new(EnvelopeFields {
+                assumed_output_cap: Some(cap),
+                ..Default::default()
+            });
+        }
+        let mut request = request_with(EnvelopeFields::default(), vec![attempt(0, "long"), a]);
+        request.logical = None;
+        evaluate_with(&request, &tiered_book(), &policies, &RulesConfig::default())
+    };
+    let rows = plain(None);
+    assert_eq!(rows[1].envelope_source.as_deref(), Some("policy:all"));
+    assert_eq!(rows[1].output_cap, Some(1_000));
+    let rows = plain(Some(2_000));
+    assert_eq!(rows[1].envelope_source.as_deref(), Some("policy:all"));
+    assert_eq!(
+        rows[1].output_cap,
+        Some(2_000),
+        "the span's own assumed cap first"
+    );
+}
+
+#[test]
+fn usage_source_is_span_for_a_declared_attempt_with_input_and_null_without() {
+    let rows = eval(vec![
+        attempt(0, "glm-5"),
+        with(attempt(1, "glm-5"), |a| a.input_tokens = Count::Missing),
+    ]);
+    assert_eq!(rows[0].usage_source, Some(UsageSource::Span));
+    assert_eq!(rows[1].usage_source, None);
+}
