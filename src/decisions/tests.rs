@@ -1052,3 +1052,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_proposed_attempt_without_a_cap_is_planned_with_the_envelopes_assumed_cap() {
+    let mut envelope = seed_envelope();
+    envelope.assumed_output_cap = Some(1_000);
+    let mut q = question(Some(envelope), vec![made("deepseek-v4-flash")], "glm-5");
+    if let Some(next) = q.next.as_mut() {
+        next.output_cap = None;
+    }
+    let response = answer(q, false);
+    // (6,000 × 0.775 + 4,000 × 0.258065 + 1,000 × 2.48) / 1e6
+    assert_eq!(
+        response.estimated_incremental_usd.as_deref(),
+        Some("0.00816226")
+    );
+    assert_eq!(response.decision, "within_envelope");
+}
+
+#[test]
+fn cache_write_tokens_count_toward_invalid_usage_as_on_spans() {
+    let mut q = question(
+        Some(seed_envelope()),
+        vec![made("deepseek-v4-flash")],
+        "glm-5",
+    );
+    if let Some(next) = q.next.as_mut() {
+        next.cache_write_input_tokens = Some(7_000);
+    }
+    let response = answer(q, false);
+    assert_eq!(response.unaudited_reason.as_deref(), Some("invalid_usage"));
+    assert!(!response.allow);
+}
