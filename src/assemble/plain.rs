@@ -57,6 +57,8 @@ pub(super) struct PlainHold {
     finished_capacity: usize,
     bytes: usize,
     finished_bytes: usize,
+    /// Held traces with a model span, counted as they change (the gauge reads it per export).
+    with_models: usize,
 }
 
 impl PlainHold {
@@ -70,6 +72,7 @@ impl PlainHold {
             finished_capacity,
             bytes: 0,
             finished_bytes: 0,
+            with_models: 0,
         }
     }
 
@@ -93,8 +96,12 @@ impl PlainHold {
         } + LINK_BYTES
             + 16;
         held.bytes += bytes;
+        let first_model = span.kind == SpanKind::SingleAttempt && !held.spans.inferable();
         held.spans.push(span);
         self.bytes += bytes;
+        if first_model {
+            self.with_models += 1;
+        }
         PlainOffer::Held
     }
 
@@ -191,10 +198,7 @@ impl PlainHold {
 
     /// Held traces with a model span: requests to come.
     pub(super) fn pending_traces(&self) -> usize {
-        self.traces
-            .values()
-            .filter(|held| held.spans.inferable())
-            .count()
+        self.with_models
     }
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
@@ -215,6 +219,7 @@ impl PlainHold {
         if !spans.inferable() {
             return;
         }
+        self.with_models -= 1;
         let model_ids: FastSet<SpanId> = spans.models.iter().map(|m| m.span_id).collect();
         let links = spans.links.clone();
         let earlier = self.finished.get(&trace_id).map(|f| &f.earlier);
