@@ -1590,6 +1590,24 @@ fn runs_a_call_span_contributes_the_tries_of_a_call_in_its_last_run_as_consecuti
     );
 }
 
+#[test]
+fn runs_a_status_code_alone_does_not_make_a_call_failed() {
+    // The row shows the code as its error type, but only `error.type` or status ERROR fail a
+    // span.
+    let spans = [
+        with(
+            genai(1, Some(APP), 10),
+            attr::HTTP_RESPONSE_STATUS_CODE,
+            i(429),
+        ),
+        genai(2, Some(APP), 11),
+    ];
+    assert_eq!(
+        shapes(&spans),
+        [(Single, 1, vec![(1, 0, err("429"))]), single(2)]
+    );
+}
+
 // Step 6: usage of failed attempts.
 
 #[test]
@@ -1780,4 +1798,37 @@ fn assembler_gives_the_requests_of_infer_trace_whatever_the_order_and_split_of_t
     for (case, batches) in cases {
         assert_eq!(assembled(&batches), expected, "{case}");
     }
+}
+
+#[test]
+fn assembler_judges_a_late_model_span_as_infer_trace_does_with_the_earlier_trace() {
+    use crate::assemble::{Assembler, Ready};
+    let config = crate::pipeline::RetrySpendConfig {
+        group_wait: std::time::Duration::from_secs(10),
+        ..Default::default()
+    };
+    let before = [
+        read(&errored(genai(1, Some(APP), 10))),
+        read(&genai(2, Some(1), 10)),
+    ];
+    let late = [read(&genai(3, Some(APP), 11)), read(&genai(4, Some(2), 10))];
+    let expected = shapes_of(&infer_facts(&late, Some(&earlier_of(&before))));
+    assert_eq!(expected, [single(3)]);
+
+    let mut assembler = Assembler::new(&config, 1);
+    let start = std::time::Instant::now();
+    let mut ready = Ready::default();
+    for span in &before {
+        assembler.offer(span.clone(), start, &mut ready);
+    }
+    assembler.expire(start + config.group_wait, &mut ready);
+    let mut ready = Ready::default();
+    let now = start + config.group_wait * 2;
+    for span in &late {
+        assembler.offer(span.clone(), now, &mut ready);
+    }
+    assembler.expire(now + config.group_wait, &mut ready);
+    let got: Vec<Shape> = ready.requests.iter().map(shape).collect();
+    assert_eq!(got, expected);
+    assert_eq!(ready.duplicates, 1, "the late span of the nest");
 }
