@@ -3,11 +3,9 @@
 
 mod common;
 
-use std::net::SocketAddr;
-
-use common::collector::{config, example_requests, replayed_rows, stop, EXAMPLE_ROWS};
-use common::Row;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use common::collector::{
+    config, example_requests, export, replayed_rows, rows_with_workers, EXAMPLE_ROWS,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::AnyValue;
@@ -36,24 +34,6 @@ fn many_traces(copies: u8) -> Vec<ExportTraceServiceRequest> {
         }
     }
     out
-}
-
-async fn export(addr: SocketAddr, requests: Vec<ExportTraceServiceRequest>) {
-    let mut client = TraceServiceClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    for request in requests {
-        client.export(request).await.unwrap();
-    }
-}
-
-async fn rows_with_workers(workers: usize, requests: Vec<ExportTraceServiceRequest>) -> Vec<Row> {
-    let out = tempfile::tempdir().unwrap();
-    let mut config = config(out.path());
-    config.processors.retry_spend.workers = workers;
-    let collector = start(config).await.unwrap();
-    export(collector.grpc_addr, requests).await;
-    stop(collector, out.path()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,13 +3,14 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use retry_spend_collector::config::Config;
 use retry_spend_collector::pipeline::Engine;
 use retry_spend_collector::pricing::PricingBook;
 use retry_spend_collector::replay::{replay, ReplayOptions};
 use retry_spend_collector::rules::RulesConfig;
-use retry_spend_collector::service::Collector;
+use retry_spend_collector::service::{start, Collector};
 
 use super::{read_table, temporary_files, Row};
 
@@ -67,4 +68,45 @@ pub async fn stop(collector: Collector, output: &Path) -> Vec<Row> {
         "no temporary file remains"
     );
     read_table(output).1
+}
+
+/// Sends each request in one OTLP/gRPC export call, in order, each acknowledged before the next.
+pub async fn export(addr: SocketAddr, requests: Vec<ExportTraceServiceRequest>) {
+    let mut client = TraceServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    for request in requests {
+        client.export(request).await.unwrap();
+    }
+}
+
+/// The rows `serve` writes for `requests` with `workers` shards and otherwise [`config`].
+pub async fn rows_with_workers(
+    workers: usize,
+    requests: Vec<ExportTraceServiceRequest>,
+) -> Vec<Row> {
+    let out = tempfile::tempdir().unwrap();
+    let mut config = config(out.path());
+    config.processors.retry_spend.workers = workers;
+    served_rows(config, requests).await
+}
+
+/// The rows a collector started with `config` writes for `requests`, sent in order: stopping
+/// it after the last acknowledgement evaluates whatever it still holds, so what is held for
+/// `group_wait` is judged whole.
+pub async fn served_rows(config: Config, requests: Vec<ExportTraceServiceRequest>) -> Vec<Row> {
+    served_rows_and_metrics(config, requests).await.0
+}
+
+/// As [`served_rows`], with the collector's metrics as scraped once it stopped.
+pub async fn served_rows_and_metrics(
+    config: Config,
+    requests: Vec<ExportTraceServiceRequest>,
+) -> (Vec<Row>, String) {
+    let output = config.exporters.parquet.output_dir.clone();
+    let collector = start(config).await.unwrap();
+    let metrics = std::sync::Arc::clone(&collector.metrics);
+    export(collector.grpc_addr, requests).await;
+    let rows = stop(collector, &output).await;
+    (rows, metrics.render())
 }

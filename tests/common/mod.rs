@@ -170,6 +170,7 @@ pub fn usd(rendered: &str) -> String {
 pub mod child;
 pub mod collector;
 pub mod otel;
+pub mod plain;
 pub mod python;
 pub mod s3;
 pub mod secure;

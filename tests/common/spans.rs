@@ -7,10 +7,10 @@
 
 use serde_json::{json, Value};
 
-const PRICING_SOURCE: &str = "https://aiwave.live/api/pricing";
-const PRICING_VERSION: &str = "a42d372ccf0b5dd13ecf71203521f9d2";
-const BASE_NANOS: u64 = 1_787_659_260_000_000_000;
-const SECOND: u64 = 1_000_000_000;
+pub const PRICING_SOURCE: &str = "https://aiwave.live/api/pricing";
+pub const PRICING_VERSION: &str = "a42d372ccf0b5dd13ecf71203521f9d2";
+pub const BASE_NANOS: u64 = 1_787_659_260_000_000_000;
+pub const SECOND: u64 = 1_000_000_000;
 const MODELS: [&str; 7] = [
     "deepseek-v4-flash",
     "deepseek-v4-pro",
@@ -42,12 +42,12 @@ impl Rng {
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.below(items.len() as u64) as usize]
     }
 }
 
-fn hex_id(rng: &mut Rng, bytes: usize) -> String {
+pub fn hex_id(rng: &mut Rng, bytes: usize) -> String {
     (0..bytes)
         .map(|_| format!("{:02x}", rng.below(256)))
         .collect()
@@ -55,24 +55,24 @@ fn hex_id(rng: &mut Rng, bytes: usize) -> String {
 
 /// An attribute, writing integers as strings or numbers and doubles as numbers or strings, as
 /// different exporters do.
-fn s(key: &str, value: &str) -> Value {
+pub fn s(key: &str, value: &str) -> Value {
     json!({"key": key, "value": {"stringValue": value}})
 }
-fn int(rng: &mut Rng, key: &str, value: i64) -> Value {
+pub fn int(rng: &mut Rng, key: &str, value: i64) -> Value {
     if rng.chance(70) {
         json!({"key": key, "value": {"intValue": value.to_string()}})
     } else {
         json!({"key": key, "value": {"intValue": value}})
     }
 }
-fn double(rng: &mut Rng, key: &str, value: f64) -> Value {
+pub fn double(rng: &mut Rng, key: &str, value: f64) -> Value {
     if rng.chance(80) {
         json!({"key": key, "value": {"doubleValue": value}})
     } else {
         json!({"key": key, "value": {"doubleValue": value.to_string()}})
     }
 }
-fn boolean(key: &str, value: bool) -> Value {
+pub fn boolean(key: &str, value: bool) -> Value {
     json!({"key": key, "value": {"boolValue": value}})
 }
 
