@@ -16,21 +16,25 @@ fn usages() -> [Usage; 4] {
         Usage {
             input: 10_000,
             cached: 4_000,
+            cache_write: 2_000,
             output: 800,
         },
         Usage {
             input: 1,
             cached: 0,
+            cache_write: 0,
             output: 0,
         },
         Usage {
             input: 0,
             cached: 0,
+            cache_write: 0,
             output: 1,
         },
         Usage {
             input: max,
             cached: max / 2,
+            cache_write: max / 4,
             output: max,
         },
     ]
@@ -59,9 +63,19 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     for (name, model) in &snapshot.models {
-        for price in [Some(model.input), Some(model.output), model.cached_input]
-            .into_iter()
-            .flatten()
+        let tier_prices = model
+            .tiers
+            .iter()
+            .flat_map(|t| [t.input, t.output, t.cached_input, t.cache_write]);
+        for price in [
+            Some(model.input),
+            Some(model.output),
+            model.cached_input,
+            model.cache_write,
+        ]
+        .into_iter()
+        .chain(tier_prices)
+        .flatten()
         {
             assert!(
                 !price.is_sign_negative() || price.is_zero(),
