@@ -317,10 +317,7 @@ pub fn infer_trace(
     }
 
     // Step 4: call spans that are elements (outside nests, with a model span below them).
-    let in_any_nest: FastSet<SpanId> = calls
-        .iter()
-        .flat_map(|c| c.nest.iter().map(|&(i, _)| models[i].span_id))
-        .collect();
+    // Every span of a nest takes part, so "inside a nest" is "below a model span taking part".
     let model_ids: FastSet<SpanId> = models
         .iter()
         .enumerate()
@@ -341,9 +338,7 @@ pub fn infer_trace(
         .filter(|(_, s)| {
             with_model_below.contains(&s.span_id)
                 && !graph.at_or_below_declared(s.span_id)
-                && !graph
-                    .ancestors(s.span_id)
-                    .any(|a| model_ids.contains(&a) || in_any_nest.contains(&a))
+                && !graph.ancestors(s.span_id).any(|a| model_ids.contains(&a))
         })
         .map(|(i, _)| i)
         .collect();
