@@ -21,7 +21,7 @@ use prost::Message;
 use retry_spend_collector::assemble::{Grouper, Request};
 use retry_spend_collector::contract::otlp_json::parse_request;
 use retry_spend_collector::contract::{service_name, SpanFacts};
-use retry_spend_collector::pipeline::{ingest, span_facts};
+use retry_spend_collector::engine::{ingest, span_facts};
 use retry_spend_collector::pricing::PricingBook;
 use retry_spend_collector::record::AttemptRow;
 use retry_spend_collector::rules::{evaluate, RulesConfig};
@@ -46,7 +46,8 @@ fn example_requests() -> Vec<ExportTraceServiceRequest> {
 }
 
 fn book() -> PricingBook {
-    PricingBook::load_dir(&root().join("config/pricing")).expect("pricing snapshots load")
+    retry_spend_collector::load::pricing_dir(&root().join("config/pricing"))
+        .expect("pricing snapshots load")
 }
 
 /// One export request of `SPANS_PER_REQUEST` spans: the example spans copied, each copy with

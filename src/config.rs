@@ -7,34 +7,28 @@
 //! `validate`: `[receivers.otlp]` in `receivers/config.rs`, `[processors.retry_spend]` in
 //! `pipeline/config.rs`, `[exporters.parquet]` and `[exporters.otlp_forward]` in
 //! `sinks/{parquet,forward}/config.rs`, `[telemetry]` in `sinks/metrics/config.rs`, `[wal]` in
-//! `wal/config.rs`, `[decisions]` in `decisions/config.rs`, `[service]` in `service.rs`.
+//! `wal/config.rs`, `[decisions]` in `decisions/config.rs`; `[service]`, the process as a whole, is here.
 //!
 //! Every key has a default, so an empty file is a valid config and `config/collector.toml` only
 //! documents them. Unknown keys are errors: a typo'd key silently falling back to its default is
 //! the worst kind of misconfiguration, because nothing tells the user it happened.
 
-use std::fmt;
+use retry_spend_core::toml_error::TomlErrorAt;
 use std::net::SocketAddr;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config_kernel::{non_empty, ConfigProblem, Problems, ABOVE_ZERO};
 use crate::decisions::config::DecisionsConfig;
 use crate::pipeline::config::ProcessorsConfig;
 use crate::receivers::config::{addresses_collide, ReceiversConfig};
-use crate::service::ServiceConfig;
 use crate::sinks::forward::config::OtlpForwardConfig;
-use crate::sinks::metrics::config::TelemetryConfig;
 use crate::sinks::parquet::config::ParquetExporterConfig;
 use crate::sinks::parquet::Output;
+use crate::telemetry::config::TelemetryConfig;
 use crate::wal::config::WalConfig;
-
-pub(crate) const MIB: u64 = 1024 * 1024;
-
-/// The most common validation problem.
-pub(crate) const ABOVE_ZERO: &str = "must be above zero";
 
 /// The `serve` configuration, as read from `config/collector.toml` and then overridden by flags.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -92,6 +86,37 @@ pub struct ServeOverrides {
     pub workers: Option<usize>,
 }
 
+/// `[service]`: the process as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// How long shutdown waits for the forward queue to drain downstream. Evaluating buffered
+    /// requests and completing Parquet files are not cut short: they always finish, so nothing
+    /// accepted is lost.
+    #[serde(deserialize_with = "crate::config_kernel::duration::deserialize")]
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ServiceConfig {
+    pub fn validate(&self) -> Result<(), Vec<ConfigProblem>> {
+        let mut problems = Problems::default();
+        problems.check(
+            !self.shutdown_timeout.is_zero(),
+            "service.shutdown_timeout",
+            ABOVE_ZERO,
+        );
+        problems.finish()
+    }
+}
+
 /// Why a config could not be used. Every message starts with where the config came from and
 /// names the offending key, so the user knows which line to fix.
 #[derive(Debug, thiserror::Error)]
@@ -118,27 +143,6 @@ pub enum ConfigError {
         origin: String,
         problems: Vec<ConfigProblem>,
     },
-}
-
-/// One value that fails validation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigProblem {
-    /// Dotted key path, e.g. `exporters.otlp_forward.max_batch_bytes`.
-    pub key: &'static str,
-    pub problem: String,
-}
-
-impl fmt::Display for ConfigProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.problem)
-    }
-}
-
-/// Problems on one line, `; `-separated, for an error from a component given a config that was
-/// not validated first.
-pub fn join_problems(problems: &[ConfigProblem]) -> String {
-    let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
-    problems.join("; ")
 }
 
 fn key_prefix(key: &str) -> String {
@@ -270,58 +274,6 @@ impl Config {
     }
 }
 
-/// The problems of one section or more: every one is reported, not only the first, so a user
-/// fixes a config in one go.
-#[derive(Debug, Default)]
-pub(crate) struct Problems(Vec<ConfigProblem>);
-
-impl Problems {
-    /// Records `problem` with `key` unless `ok`.
-    pub(crate) fn check(&mut self, ok: bool, key: &'static str, problem: &str) {
-        if !ok {
-            self.0.push(ConfigProblem {
-                key,
-                problem: problem.to_owned(),
-            });
-        }
-    }
-
-    /// Records a section's problems.
-    pub(crate) fn add(&mut self, section: Result<(), Vec<ConfigProblem>>) {
-        if let Err(problems) = section {
-            self.0.extend(problems);
-        }
-    }
-
-    pub(crate) fn finish(self) -> Result<(), Vec<ConfigProblem>> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(self.0)
-        }
-    }
-}
-
-/// Parses a duration such as `500ms`, `2s` or `1m`; usable as a clap `value_parser`.
-pub fn parse_duration_arg(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| duration::problem(s, &e))
-}
-
-fn non_empty(s: String) -> Option<String> {
-    if s.is_empty() {
-        None
-    } else {
-        Some(s)
-    }
-}
-
-pub(crate) fn deserialize_endpoint<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-{
-    Ok(non_empty(String::deserialize(deserializer)?))
-}
-
 /// Turns a toml error into one naming the origin and the dotted key the error points at. The
 /// toml crate knows the key but only shows it as a source excerpt, which does not survive being
 /// printed on one line in a log.
@@ -332,125 +284,6 @@ fn parse_error(text: &str, origin: &str, e: &toml::de::Error) -> ConfigError {
         key: at.key,
         message: at.message,
         location: at.location,
-    }
-}
-
-/// Where in a TOML text a toml error points: the dotted key (array elements as `name[i]`, from
-/// 0), its message on one line, and the 1-based (line, column).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TomlErrorAt {
-    pub key: String,
-    pub message: String,
-    pub location: Option<(usize, usize)>,
-}
-
-impl TomlErrorAt {
-    pub(crate) fn new(text: &str, e: &toml::de::Error) -> TomlErrorAt {
-        let span = e.span();
-        TomlErrorAt {
-            key: span
-                .as_ref()
-                .map(|s| key_path_at(text, s.start))
-                .unwrap_or_default(),
-            message: e.message().trim_end().to_owned(),
-            location: span.map(|s| line_column(text, s.start)),
-        }
-    }
-}
-
-/// The dotted path of the deepest key whose name or value covers `offset`; empty when the text
-/// does not parse (the error is then a syntax error, located by line and column).
-fn key_path_at(text: &str, offset: usize) -> String {
-    let Ok(doc) = toml::de::DeTable::parse(text) else {
-        return String::new();
-    };
-    let mut path = Vec::new();
-    find_key(doc.get_ref(), offset, &mut path);
-    path.join(".")
-}
-
-fn find_key(table: &toml::de::DeTable<'_>, offset: usize, path: &mut Vec<String>) -> bool {
-    let covers = |span: Range<usize>| span.contains(&offset);
-    for (key, value) in table.iter() {
-        path.push(key.get_ref().to_string());
-        // A table's span can be its whole `[a.b]` header, so the key itself is checked before
-        // descending, and the value only after no deeper key matched.
-        if covers(key.span()) {
-            return true;
-        }
-        if find_in_value(value.get_ref(), offset, path) || covers(value.span()) {
-            return true;
-        }
-        path.pop();
-    }
-    false
-}
-
-/// Descends into a table, or into an array's elements (`[[policy]]`), naming element `i` of the
-/// last key `key[i]`.
-fn find_in_value(value: &toml::de::DeValue<'_>, offset: usize, path: &mut Vec<String>) -> bool {
-    match value {
-        toml::de::DeValue::Table(inner) => find_key(inner, offset, path),
-        toml::de::DeValue::Array(items) => {
-            let Some(name) = path.pop() else {
-                return false;
-            };
-            for (i, item) in items.iter().enumerate() {
-                path.push(format!("{name}[{i}]"));
-                if find_in_value(item.get_ref(), offset, path) || item.span().contains(&offset) {
-                    return true;
-                }
-                path.pop();
-            }
-            path.push(name);
-            false
-        }
-        _ => false,
-    }
-}
-
-/// 1-based line and column (in characters) of a byte offset.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before[line_start..].chars().count() + 1;
-    (line, column)
-}
-
-/// Durations are written as humantime strings (`"500ms"`, `"2s"`, `"1m"`), never bare numbers,
-/// so a reader never has to guess the unit.
-pub(crate) mod duration {
-    use std::fmt;
-    use std::time::Duration;
-
-    use serde::de::{self, Visitor};
-
-    const EXPECTED: &str = r#"a duration string such as "500ms", "2s" or "1m""#;
-
-    pub(super) fn problem(s: &str, e: &humantime::DurationError) -> String {
-        format!("invalid duration {s:?}: {e}; expected {EXPECTED}")
-    }
-
-    pub(crate) fn deserialize<'de, D>(deserializer: D) -> Result<Duration, D::Error>
-    where
-        D: de::Deserializer<'de>,
-    {
-        deserializer.deserialize_str(DurationVisitor)
-    }
-
-    struct DurationVisitor;
-
-    impl Visitor<'_> for DurationVisitor {
-        type Value = Duration;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str(EXPECTED)
-        }
-
-        fn visit_str<E: de::Error>(self, s: &str) -> Result<Duration, E> {
-            humantime::parse_duration(s).map_err(|e| E::custom(problem(s, &e)))
-        }
     }
 }
 
@@ -486,6 +319,7 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::{invalid, parse, parse_err};
     use super::*;
+    use crate::config_kernel::{parse_duration_arg, MIB};
 
     const SHIPPED: &str = include_str!("../config/collector.toml");
 

@@ -1,19 +1,24 @@
 //! retry-spend-collector: prices LLM retries and fallbacks against dated retry spend envelopes.
+//!
+//! The engine — span contract, pricing, rules, assembly, policies — is the pure `retry-spend-core`
+//! crate (crates/core), re-exported here under the same names; this crate receives, logs, shards,
+//! writes and serves.
 
-pub mod assemble;
+pub use retry_spend_core::{assemble, contract, engine, policy, pricing, record, rules};
+
 pub mod config;
-pub mod contract;
+pub mod config_kernel;
 pub mod crash;
 pub mod decisions;
 pub mod error_chain;
+pub mod load;
 pub mod pipeline;
-pub mod policy;
-pub mod pricing;
+pub mod pricing_import;
 pub mod receivers;
-pub mod record;
 pub mod replay;
 pub mod report;
-pub mod rules;
+pub mod server;
 pub mod service;
 pub mod sinks;
+pub mod telemetry;
 pub mod wal;

@@ -11,12 +11,14 @@ use chrono::NaiveDate;
 use clap::builder::TypedValueParser;
 use clap::{Parser, Subcommand};
 
-use retry_spend_collector::config::{parse_duration_arg, Config, ServeOverrides};
+use retry_spend_collector::config::{Config, ServeOverrides};
+use retry_spend_collector::config_kernel::parse_duration_arg;
+use retry_spend_collector::engine::Engine;
 use retry_spend_collector::error_chain;
-use retry_spend_collector::pipeline::Engine;
-use retry_spend_collector::policy::{review, PolicySet, DEFAULT_POLICIES_DIR};
-use retry_spend_collector::pricing::import::{self, Format, ImportOptions, Imported};
+use retry_spend_collector::load::DEFAULT_POLICIES_DIR;
+use retry_spend_collector::policy::{review, PolicySet};
 use retry_spend_collector::pricing::{age, PricingBook};
+use retry_spend_collector::pricing_import::{self as import, Format, ImportOptions, Imported};
 use retry_spend_collector::replay::{self, replay, replay_to_store, ReplayOptions, Staging};
 use retry_spend_collector::report::{self, ReportFormat, DEFAULT_TOP};
 use retry_spend_collector::rules::RulesConfig;
@@ -418,7 +420,7 @@ fn load_book(dir: &Path) -> anyhow::Result<PricingBook> {
             absolute(dir).display()
         );
     }
-    let book = PricingBook::load_dir(dir)
+    let book = retry_spend_collector::load::pricing_dir(dir)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("cannot load pricing snapshots from {}", dir.display()))?;
     if book.is_empty() {
@@ -434,7 +436,7 @@ fn load_policies(dir: Option<&Path>) -> anyhow::Result<PolicySet> {
             absolute(dir).display()
         );
     }
-    PolicySet::load(dir)
+    retry_spend_collector::load::policies(dir)
         .map_err(anyhow::Error::msg)
         .with_context(|| {
             let dir = dir.unwrap_or(Path::new(DEFAULT_POLICIES_DIR));
@@ -573,7 +575,7 @@ fn pricing_check(dir: &Path) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::FAILURE);
     }
-    let book = match PricingBook::load_dir(dir) {
+    let book = match retry_spend_collector::load::pricing_dir(dir) {
         Ok(book) => book,
         Err(errors) => {
             eprintln!("{errors}");
@@ -707,7 +709,7 @@ fn policy_check(dir: Option<&Path>, pricing: Option<&Path>) -> anyhow::Result<Ex
         return Ok(ExitCode::SUCCESS);
     }
     let dir = dir.unwrap_or(default);
-    let set = match PolicySet::load_dir(dir, true) {
+    let set = match retry_spend_collector::load::policies_dir(dir, true) {
         Ok(set) => set,
         Err(errors) => {
             eprintln!("{errors}");

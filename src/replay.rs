@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use rust_decimal::Decimal;
 
+use crate::assemble::AssemblyBounds;
 use crate::assemble::{Assembler, Offer, Ready};
 use crate::contract::otlp_json::read_facts;
 use crate::contract::{AttributeKeys, SpanFacts};
-use crate::pipeline::RetrySpendConfig;
-use crate::pipeline::{Engine, IngestStats};
+use crate::engine::{Engine, IngestStats};
 use crate::record::{AttemptRow, Decision, SpendClass};
 use crate::sinks::parquet::remote::{self, LogObserver, UploadRetries, Uploader};
 use crate::sinks::parquet::{
@@ -378,12 +378,12 @@ fn replay_with(
     let mut stream = Stream {
         engine,
         assembler: Assembler::new(
-            &RetrySpendConfig {
+            &AssemblyBounds {
                 // Only the byte budget bounds a replay: no count cap, and no time passes (`now`
                 // stays put), so nothing is evaluated because of a wait.
                 max_pending_requests: usize::MAX,
                 max_pending_bytes,
-                ..RetrySpendConfig::default()
+                ..AssemblyBounds::default()
             },
             1,
         ),

@@ -12,29 +12,30 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::assemble::{Assembler, Summary};
-use crate::config::{Config, ConfigProblem, Problems, ABOVE_ZERO};
+use crate::config::Config;
 use crate::decisions::{self, Decider, SharedEngine};
+use crate::engine::Engine;
+use crate::load::DEFAULT_POLICIES_DIR;
 use crate::pipeline::{
-    partition, run_log, Engine, ExportPart, InFlight, Intake, LogMessage, PipelineMessage,
-    SummaryStore, Watermark, Worker, WorkerSummary,
+    partition, run_wal_stage, ExportPart, InFlight, Intake, LogMessage, PipelineMessage, Shard,
+    ShardSummary, SummaryStore, Watermark,
 };
-use crate::policy::{PolicySet, DEFAULT_POLICIES_DIR};
+use crate::policy::PolicySet;
 use crate::pricing::{age, PricingBook};
-use crate::receivers::auth::{Authenticator, Tokens};
-use crate::receivers::tls::TlsIdentity;
 use crate::receivers::{grpc, http, DiscardConsumer, TracesConsumer};
 use crate::rules::RulesConfig;
+use crate::server::auth::{Authenticator, Tokens};
+use crate::server::tls::TlsIdentity;
 use crate::sinks::forward::ForwardObserver;
-use crate::sinks::metrics::{self, Health, Metrics};
 use crate::sinks::parquet::remote::{self, HealthObserver, Uploader};
 use crate::sinks::parquet::{instance, remove_temporary_files, written_spans, Output};
 use crate::sinks::parquet::{ParquetExporterConfig, ParquetSink};
+use crate::telemetry::{self, Health, Metrics};
 use crate::wal::config::FsyncMode;
 use crate::wal::{self, WalWriter};
 use std::collections::HashSet;
@@ -55,37 +56,6 @@ const LOG_QUEUE: usize = 4096;
 /// How often pending groups are checked against their wait and files against their age.
 const TICK: Duration = Duration::from_millis(200);
 
-/// `[service]`: the process as a whole.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ServiceConfig {
-    /// How long shutdown waits for the forward queue to drain downstream. Evaluating buffered
-    /// requests and completing Parquet files are not cut short: they always finish, so nothing
-    /// accepted is lost.
-    #[serde(deserialize_with = "crate::config::duration::deserialize")]
-    pub shutdown_timeout: Duration,
-}
-
-impl Default for ServiceConfig {
-    fn default() -> Self {
-        ServiceConfig {
-            shutdown_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-impl ServiceConfig {
-    pub fn validate(&self) -> Result<(), Vec<ConfigProblem>> {
-        let mut problems = Problems::default();
-        problems.check(
-            !self.shutdown_timeout.is_zero(),
-            "service.shutdown_timeout",
-            ABOVE_ZERO,
-        );
-        problems.finish()
-    }
-}
-
 /// A running collector.
 pub struct Collector {
     pub grpc_addr: SocketAddr,
@@ -104,7 +74,7 @@ pub struct Collector {
     tls: Option<TlsIdentity>,
     auth: Option<Arc<Authenticator>>,
     shutdown: watch::Sender<bool>,
-    task: JoinHandle<anyhow::Result<WorkerSummary>>,
+    task: JoinHandle<anyhow::Result<ShardSummary>>,
 }
 
 impl Collector {
@@ -202,7 +172,7 @@ impl Collector {
     }
 
     /// Waits for the collector to stop (after [`Collector::shutdown`]).
-    pub async fn wait(self) -> anyhow::Result<WorkerSummary> {
+    pub async fn wait(self) -> anyhow::Result<ShardSummary> {
         self.task.await.context("collector task failed")?
     }
 }
@@ -451,9 +421,9 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     let mut pending = Vec::with_capacity(shards);
     for (shard, (sink, records)) in sinks.into_iter().zip(recovered).enumerate() {
         let (sender, receiver) = mpsc::channel(PIPELINE_QUEUE);
-        let mut worker = Worker::new(
+        let mut worker = Shard::new(
             engine.clone(),
-            Assembler::new(processor, shards),
+            Assembler::new(&processor.assembly(), shards),
             sink,
             Arc::clone(&metrics),
             Arc::clone(&health),
@@ -538,10 +508,10 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             Ok(())
         }) as Stop)
     });
-    let router = metrics::router(Arc::clone(&metrics), Arc::clone(&health));
+    let router = telemetry::router(Arc::clone(&metrics), Arc::clone(&health));
     topology.provide(METRICS, move || {
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(metrics::serve(metrics_listener, router, async move {
+        let server = tokio::spawn(telemetry::serve(metrics_listener, router, async move {
             let _ = stopped.await;
         }));
         Ok(Box::pin(async move {
@@ -634,7 +604,7 @@ fn ticker(log_sender: mpsc::Sender<LogMessage>) -> impl FnOnce() -> anyhow::Resu
 
 /// A shard built and recovered into at start, before its thread runs.
 struct PendingShard {
-    worker: Worker,
+    worker: Shard,
     receiver: mpsc::Receiver<PipelineMessage>,
     restored: Vec<Summary>,
     records: Vec<(u64, ExportPart)>,
@@ -662,7 +632,7 @@ impl Pipeline {
     /// and the log stage's. It stops once the receivers and the ticker, its only senders, are
     /// gone: the log stage ends and with it the shards' input, each shard evaluates everything
     /// pending and completes every file, and `summary` gets what they did.
-    fn start(self, summary: oneshot::Sender<WorkerSummary>) -> anyhow::Result<Stop> {
+    fn start(self, summary: oneshot::Sender<ShardSummary>) -> anyhow::Result<Stop> {
         let Pipeline {
             shards,
             written,
@@ -685,7 +655,7 @@ impl Pipeline {
             let written = Arc::clone(&written);
             let clock = tokio::runtime::Handle::current();
             let thread = std::thread::Builder::new()
-                .name(format!("pipeline-{shard}"))
+                .name(format!("shard-{shard}"))
                 .spawn(move || {
                     yield_to_receivers();
                     worker.recover(restored, records, &written);
@@ -698,7 +668,7 @@ impl Pipeline {
         let log_stage = std::thread::Builder::new()
             .name("wal".into())
             .spawn(move || {
-                run_log(
+                run_wal_stage(
                     wal_writer,
                     log_receiver,
                     senders,
@@ -713,7 +683,7 @@ impl Pipeline {
                 .await?
                 .map_err(|_| anyhow::anyhow!("the write-ahead log thread panicked"))?;
             let total = tokio::task::spawn_blocking(move || {
-                let mut total: Option<WorkerSummary> = None;
+                let mut total: Option<ShardSummary> = None;
                 for worker in workers {
                     let shard = worker
                         .join()
@@ -865,7 +835,7 @@ fn load_pricing(dir: &std::path::Path, verb: &str) -> anyhow::Result<PricingBook
             std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()).display()
         );
     }
-    PricingBook::load_dir(dir)
+    crate::load::pricing_dir(dir)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("cannot {verb} pricing snapshots from {}", dir.display()))
 }
@@ -877,7 +847,7 @@ fn load_policies(dir: Option<&std::path::Path>, verb: &str) -> anyhow::Result<Po
             std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()).display()
         );
     }
-    PolicySet::load(dir)
+    crate::load::policies(dir)
         .map_err(anyhow::Error::msg)
         .with_context(|| {
             let dir = dir.unwrap_or(std::path::Path::new(DEFAULT_POLICIES_DIR));

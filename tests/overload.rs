@@ -80,7 +80,7 @@ fn rows_of_line(line: usize) -> usize {
     let text = std::fs::read_to_string(EXAMPLE).unwrap();
     let request: ExportTraceServiceRequest =
         serde_json::from_str(text.lines().nth(line).unwrap()).unwrap();
-    retry_spend_collector::pipeline::span_facts(&request)
+    retry_spend_collector::engine::span_facts(&request)
         .filter(|f: &SpanFacts| matches!(f.kind, SpanKind::Attempt | SpanKind::SingleAttempt))
         .count()
 }

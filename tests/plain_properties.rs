@@ -13,8 +13,7 @@ use common::plain::{self, PlainSpan};
 use common::spans::Rng;
 use common::Row;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use retry_spend_collector::pipeline::Engine;
-use retry_spend_collector::pricing::PricingBook;
+use retry_spend_collector::engine::Engine;
 use retry_spend_collector::replay::{replay, ReplayOptions};
 
 const SEEDS: std::ops::Range<u64> = 1..11;
@@ -32,7 +31,7 @@ fn replayed(spans: &[PlainSpan], rng: &mut Rng) -> Vec<Row> {
     std::fs::write(&file, plain::jsonl(spans, rng)).unwrap();
     let out = tempfile::tempdir().unwrap();
     let engine = Engine {
-        book: PricingBook::load_dir(Path::new(PRICING)).unwrap(),
+        book: retry_spend_collector::load::pricing_dir(Path::new(PRICING)).unwrap(),
         ..Default::default()
     };
     replay(

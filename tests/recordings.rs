@@ -9,9 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::Row;
-use retry_spend_collector::pipeline::Engine;
-use retry_spend_collector::policy::PolicySet;
-use retry_spend_collector::pricing::PricingBook;
+use retry_spend_collector::engine::Engine;
 use retry_spend_collector::replay::{replay, ReplayOptions};
 use retry_spend_collector::rules::RulesConfig;
 
@@ -66,9 +64,13 @@ fn recordings() -> Vec<(String, PathBuf, Truth)> {
 /// attempt index.
 fn replayed(spans: &Path) -> Vec<Row> {
     let engine = Engine {
-        book: PricingBook::load_dir(Path::new(PRICING)).unwrap(),
+        book: retry_spend_collector::load::pricing_dir(Path::new(PRICING)).unwrap(),
         rules: RulesConfig::default(),
-        policies: PolicySet::load_dir(&Path::new(FIXTURES).join("policies"), true).unwrap(),
+        policies: retry_spend_collector::load::policies_dir(
+            &Path::new(FIXTURES).join("policies"),
+            true,
+        )
+        .unwrap(),
     };
     let out = tempfile::tempdir().unwrap();
     replay(

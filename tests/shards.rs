@@ -70,8 +70,8 @@ async fn plain_instrumentation_gives_the_replay_rows_in_serve() {
         let replayed = tempfile::tempdir().unwrap();
         retry_spend_collector::replay::replay(
             std::slice::from_ref(&file),
-            &retry_spend_collector::pipeline::Engine {
-                book: retry_spend_collector::pricing::PricingBook::load_dir(std::path::Path::new(
+            &retry_spend_collector::engine::Engine {
+                book: retry_spend_collector::load::pricing_dir(std::path::Path::new(
                     common::collector::PRICING,
                 ))
                 .unwrap(),

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use retry_spend_collector::assemble::{Assembler, Grouper, Ready, Request};
-use retry_spend_collector::pipeline::span_facts;
-use retry_spend_collector::pipeline::RetrySpendConfig;
+use retry_spend_collector::engine::span_facts;
+use retry_spend_collector::assemble::AssemblyBounds;
 use retry_spend_collector::pricing::{PricingBook, Snapshot};
 use retry_spend_collector::record::{AttemptRow, Decision, SpendClass};
 use retry_spend_collector::rules::{evaluate, RulesConfig};
@@ -50,12 +50,12 @@ pub fn check_request(request: &ExportTraceServiceRequest) {
 
     // A small pending cap and finished cache exercise eviction and late-retry context too.
     let mut assembler = Assembler::new(
-        &RetrySpendConfig {
+        &AssemblyBounds {
             group_wait: Duration::from_secs(10),
             max_pending_requests: 3,
             finished_cache_requests: 4,
             max_pending_bytes: 64 * 1024,
-            ..RetrySpendConfig::default()
+            ..AssemblyBounds::default()
         },
         1,
     );

@@ -18,8 +18,8 @@ use tonic::{Request, Response, Status};
 
 use super::proto::{DecideRequest, DecideResponse};
 use super::{DecideError, Decider, DECIDE_PATH, GRPC_SERVICE};
-use crate::receivers::auth::{self, Authenticator};
-use crate::receivers::grpc::ResponseEncoder;
+use crate::server::auth::{self, Authenticator};
+use crate::server::ResponseEncoder;
 
 /// The `RetryDecisions` service as a tower service for tonic's router.
 #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@ use axum::Router;
 
 use super::json::{request_from_json, response_to_json};
 use super::{DecideError, Decider, HTTP_PATH};
-use crate::receivers::auth::{self, Authenticator};
+use crate::server::auth::{self, Authenticator};
 
 const JSON: &str = "application/json";
 /// gRPC codes in the error body, as OTLP/HTTP answers errors with a `google.rpc.Status`.

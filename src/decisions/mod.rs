@@ -25,9 +25,9 @@ use std::sync::{Arc, RwLock};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 
-use crate::pipeline::Engine;
+use crate::engine::Engine;
 use crate::record::{envelope_source, AttemptRow, Decision};
-use crate::sinks::metrics::Metrics;
+use crate::telemetry::Metrics;
 pub use config::DecisionsConfig;
 
 /// The generated messages and client of `proto/retry_spend/v1/decisions.proto`.

@@ -652,7 +652,7 @@ fn as_spans(
 /// uses and the same engine.
 fn audited_row(engine: &Engine, spans: &ExportTraceServiceRequest, k: i32) -> AttemptRow {
     let mut grouper = Grouper::default();
-    crate::pipeline::ingest_with(&mut grouper, spans, engine.policies.attribute_keys());
+    crate::engine::ingest_with(&mut grouper, spans, engine.policies.attribute_keys());
     let rows: Vec<AttemptRow> = grouper
         .drain_all()
         .iter()

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{duration, ConfigProblem, Problems, ABOVE_ZERO, MIB};
+use crate::assemble::AssemblyBounds;
+use crate::config_kernel::{duration, ConfigProblem, Problems, ABOVE_ZERO, MIB};
 use crate::rules::RulesConfig;
 
 /// `[processors]`: what happens between receiving and exporting.
@@ -49,11 +50,12 @@ pub struct RetrySpendConfig {
 
 impl Default for RetrySpendConfig {
     fn default() -> Self {
+        let assembly = AssemblyBounds::default();
         RetrySpendConfig {
-            group_wait: Duration::from_secs(10),
-            max_pending_requests: 100_000,
-            finished_cache_requests: 50_000,
-            max_pending_bytes: 32 * MIB,
+            group_wait: assembly.group_wait,
+            max_pending_requests: assembly.max_pending_requests,
+            finished_cache_requests: assembly.finished_cache_requests,
+            max_pending_bytes: assembly.max_pending_bytes,
             max_pricing_age_days: 30,
             pricing_dir: PathBuf::from("config/pricing"),
             workers: 0,
@@ -105,6 +107,16 @@ impl RetrySpendConfig {
         match self.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
+        }
+    }
+
+    /// The assemblers' bounds from this section, for the whole process.
+    pub fn assembly(&self) -> AssemblyBounds {
+        AssemblyBounds {
+            group_wait: self.group_wait,
+            max_pending_requests: self.max_pending_requests,
+            finished_cache_requests: self.finished_cache_requests,
+            max_pending_bytes: self.max_pending_bytes,
         }
     }
 

@@ -10,7 +10,7 @@ use super::{partition, Append, InFlight, LogMessage};
 use crate::contract::wire::{read_export, WireError, WireExport};
 use crate::contract::SharedAttributeKeys;
 use crate::receivers::{Refusal, TracesConsumer, Transport};
-use crate::sinks::metrics::{Health, Metrics};
+use crate::telemetry::{Health, Metrics};
 
 /// The receivers' way into the pipeline: answers only once an export is durably in the
 /// write-ahead log and queued for the shards. When memory, the log or a sink cannot take more,

@@ -1,267 +1,626 @@
-//! Splitting an export across pipeline shards by trace.
+//! A pipeline shard of `serve`: one thread that owns the assembler, the rules and a Parquet
+//! sink for the traces of its shard, fed by the log stage through a bounded channel.
 //!
-//! Every group key, every logical span and every inferred request lives inside one trace, so a
-//! shard that owns a trace owns all of its requests: rows do not depend on the shard count.
+//! One owner means no locks on the hot path, and a clean end: when every sender is gone the
+//! worker evaluates what is pending, completes every file and returns. It reports to the
+//! [`Watermark`] how much of the write-ahead log it still needs: everything from the oldest
+//! record that still has a span pending or a row in a file not yet complete.
 
-use std::ops::Range;
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
-use prost::Message;
+use tokio::sync::mpsc;
 
-use crate::contract::wire::{OriginRanges, WireExport};
-use crate::contract::SpanFacts;
+use super::{regroup, Engine, ExportPart, PipelineMessage, RawSpan, SummaryStore, Watermark};
+use crate::assemble::{Assembler, FastMap, GroupKey, Offer, Ready, Summary};
+use crate::contract::{SpanId, SpanKind, TraceId};
+use crate::record::{AttemptRow, AttemptSource};
+use crate::sinks::forward::{enrich, ForwardHandle};
+use crate::sinks::parquet::{ParquetSink, ParquetSinkError, WrittenRows};
+use crate::telemetry::{Health, Metrics};
+use crate::wal::LsnRange;
 
-/// The shard of a trace id (as the span reader reads it: wrong lengths are all zeros).
-pub fn shard_of(trace_id: &[u8; 16], shards: usize) -> usize {
-    if shards <= 1 {
-        return 0;
-    }
-    let (high, low) = trace_id.split_at(8);
-    let mut x = u64::from_le_bytes(high.try_into().unwrap_or_default())
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ u64::from_le_bytes(low.try_into().unwrap_or_default());
-    // A multiply-xorshift finaliser: trace ids are random, but nothing forces a client to make
-    // them so.
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    (x % shards as u64) as usize
+pub const PARQUET_COMPONENT: &str = "parquet";
+/// How often the worker tells the log which segments it no longer needs.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// How long evaluated rows wait in the batch for more before they go to the sink.
+const FLUSH_EVERY: Duration = Duration::from_millis(200);
+/// How often, at most, a changed finished-request cache is saved: the whole file is rewritten
+/// each time, and until then the log keeps the records that would rebuild it.
+const SUMMARIES_EVERY: Duration = Duration::from_secs(5);
+
+/// What the worker did, returned when it ends.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ShardSummary {
+    pub requests: u64,
+    pub rows: u64,
+    pub rows_lost: u64,
+    /// Every row is in a completed file: the write-ahead log holds nothing more of value.
+    pub all_written: bool,
 }
 
-/// One shard's spans of an export: their facts and, when spans are forwarded, where each lies in
-/// the export's bytes.
-#[derive(Debug, Default)]
-pub struct ExportPart {
-    pub spans: Vec<SpanFacts>,
-    pub raw: Option<RawSpans>,
-}
-
-/// The export's bytes (shared, not copied) and, for each span of a part, its origin and range.
-#[derive(Debug, Clone)]
-pub struct RawSpans {
-    bytes: Bytes,
-    origins: Arc<[OriginRanges]>,
-    spans: Vec<(u32, Range<usize>)>,
-}
-
-/// One span kept for forwarding: decoded only when it is sent on.
-#[derive(Debug, Clone)]
-pub struct RawSpan {
-    bytes: Bytes,
-    origins: Arc<[OriginRanges]>,
-    origin: u32,
-    range: Range<usize>,
-}
-
-impl RawSpans {
-    /// The `i`-th span of the part.
-    pub fn span(&self, i: usize) -> Option<RawSpan> {
-        let (origin, range) = self.spans.get(i)?.clone();
-        Some(RawSpan {
-            bytes: self.bytes.clone(),
-            origins: Arc::clone(&self.origins),
-            origin,
-            range,
-        })
+impl ShardSummary {
+    /// Two shards' summaries as one.
+    pub fn merge(self, other: ShardSummary) -> ShardSummary {
+        ShardSummary {
+            requests: self.requests + other.requests,
+            rows: self.rows + other.rows,
+            rows_lost: self.rows_lost + other.rows_lost,
+            all_written: self.all_written && other.all_written,
+        }
     }
 }
 
-impl RawSpan {
-    /// The span under its resource and scope, decoded for the forwarder; `None` if its bytes
-    /// hold what the reader skipped but prost refuses (e.g. a span name that is not UTF-8).
-    pub fn decode(&self) -> Option<(u32, ResourceSpans)> {
-        let origin = self.origins.get(self.origin as usize)?;
-        let merged = |ranges: &[Range<usize>]| -> Option<Vec<u8>> {
-            let mut all = Vec::new();
-            for range in ranges {
-                all.extend_from_slice(self.bytes.get(range.clone())?);
+/// The log records a group's spans came from.
+type Lsns = LsnRange;
+
+pub struct Shard {
+    engine: Engine,
+    assembler: Assembler,
+    sink: Option<ParquetSink>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    forward: Option<ForwardHandle>,
+    /// Attempt spans kept to be forwarded, enriched, once their row is known.
+    held: FastMap<(TraceId, SpanId), RawSpan>,
+    rows_reported: u64,
+    summary: ShardSummary,
+    shard: usize,
+    watermark: Option<Arc<Watermark>>,
+    pending_reported: u64,
+    group_lsns: FastMap<GroupKey, Lsns>,
+    logical_lsns: FastMap<(TraceId, SpanId), u64>,
+    /// Plain GenAI spans and HTTP tries held for inference, and their log records.
+    plain_lsns: FastMap<(TraceId, SpanId), u64>,
+    /// The LSN the next export will have: everything below it has reached the worker.
+    next_lsn: u64,
+    /// Rows of files a sink error abandoned: kept in the log until a restart recovers them.
+    pinned_lsn: Option<u64>,
+    last_checkpoint: Instant,
+    last_tick: Instant,
+    /// Rows whose write failed, retried on every tick: the probe that notices recovery.
+    unwritten: Vec<(Vec<AttemptRow>, Option<LsnRange>)>,
+    /// Rows evaluated but not yet handed to the sink: Arrow and Parquet pay per batch, so
+    /// rows of many exports go together.
+    batch: Vec<AttemptRow>,
+    batch_lsns: Option<LsnRange>,
+    summaries: Option<Saved>,
+    /// Spans whose rows completed files held at start-up: inference, which runs on whole traces
+    /// after recovery, makes their rows again, and they are dropped then.
+    recovered: WrittenRows,
+}
+
+/// Where the finished-request cache is saved, and how current the saved copy is.
+struct Saved {
+    store: Arc<SummaryStore>,
+    /// The cache's change count when last saved (`None`: not yet saved since the start).
+    changes: Option<u64>,
+    at: Instant,
+    /// Every log record below this had been ingested when the saved copy was current: the
+    /// cache's part of what the log must keep.
+    covers_below: u64,
+}
+
+/// Rows handed to the sink at once (also on every tick, barrier and at shutdown).
+const WRITE_BATCH_ROWS: usize = 4096;
+
+impl Shard {
+    pub fn new(
+        engine: Engine,
+        assembler: Assembler,
+        sink: ParquetSink,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+        forward: Option<ForwardHandle>,
+    ) -> Shard {
+        Shard {
+            engine,
+            assembler,
+            sink: Some(sink),
+            metrics,
+            health,
+            forward,
+            held: FastMap::default(),
+            rows_reported: 0,
+            summary: ShardSummary::default(),
+            shard: 0,
+            watermark: None,
+            pending_reported: 0,
+            group_lsns: FastMap::default(),
+            logical_lsns: FastMap::default(),
+            plain_lsns: FastMap::default(),
+            next_lsn: 1,
+            pinned_lsn: None,
+            last_checkpoint: Instant::now(),
+            last_tick: Instant::now(),
+            unwritten: Vec::new(),
+            recovered: HashSet::new(),
+            batch: Vec::with_capacity(WRITE_BATCH_ROWS),
+            batch_lsns: None,
+            summaries: None,
+        }
+    }
+
+    /// Saves this shard's finished-request cache in `store` at checkpoints and at the end.
+    pub fn with_summaries(mut self, store: Arc<SummaryStore>) -> Self {
+        self.summaries = Some(Saved {
+            store,
+            changes: None,
+            at: Instant::now(),
+            covers_below: 0,
+        });
+        self
+    }
+
+    /// Makes this worker shard `shard`, reporting what it needs of the log to `watermark`.
+    pub fn with_watermark(mut self, shard: usize, watermark: Arc<Watermark>) -> Self {
+        self.shard = shard;
+        self.watermark = Some(watermark);
+        self
+    }
+
+    /// Restores the finished requests saved before a restart (`restored`, oldest first), then
+    /// replays this shard's parts of the write-ahead log. Attempts in `written` already have
+    /// their row in a completed file: they count as earlier attempts, never as rows again.
+    pub fn recover(
+        &mut self,
+        restored: Vec<Summary>,
+        records: Vec<(u64, ExportPart)>,
+        written: &WrittenRows,
+    ) {
+        let now = Instant::now();
+        let written_spans: HashSet<(TraceId, SpanId)> = written
+            .iter()
+            .map(|&(trace, span, _)| (trace, span))
+            .collect();
+        self.assembler.restore(restored);
+        for (lsn, part) in records {
+            self.ingest(part, now, Some(lsn), &written_spans, true);
+            self.next_lsn = self.next_lsn.max(lsn + 1);
+        }
+        self.assembler.end_recovery();
+        if self.assembler.pending_requests() > 0 {
+            self.recovered = written.clone();
+        }
+        self.checkpoint(now, true);
+    }
+
+    /// Runs until every sender is dropped, then evaluates everything pending and completes
+    /// every file. Call on a thread of its own: it blocks. The worker owns its timer: it waits
+    /// for the next message or its next deadline ([`Shard::next_wake`]), whichever comes first;
+    /// `clock` is the runtime whose timers it waits on.
+    pub fn run(
+        mut self,
+        mut messages: mpsc::Receiver<PipelineMessage>,
+        clock: tokio::runtime::Handle,
+    ) -> ShardSummary {
+        let nothing_written = HashSet::new();
+        loop {
+            let now = Instant::now();
+            let wake = self.next_wake();
+            if wake <= now {
+                self.tick(now);
+                continue;
             }
-            Some(all)
-        };
-        let text = |range: &Option<Range<usize>>| -> Option<String> {
-            match range {
-                Some(r) => String::from_utf8(self.bytes.get(r.clone())?.to_vec()).ok(),
-                None => Some(String::new()),
-            }
-        };
-        // Concatenated encodings of one message merge, as repeated occurrences do in protobuf.
-        let resource = match origin.resource.is_empty() {
-            true => None,
-            false => Some(Resource::decode(merged(&origin.resource)?.as_slice()).ok()?),
-        };
-        let scope = match origin.scope.is_empty() {
-            true => None,
-            false => Some(InstrumentationScope::decode(merged(&origin.scope)?.as_slice()).ok()?),
-        };
-        let span = Span::decode(self.bytes.get(self.range.clone())?).ok()?;
-        Some((
-            self.origin,
-            ResourceSpans {
-                resource,
-                scope_spans: vec![ScopeSpans {
-                    scope,
-                    spans: vec![span],
-                    schema_url: text(&origin.scope_schema_url)?,
-                }],
-                schema_url: text(&origin.resource_schema_url)?,
-            },
-        ))
-    }
-
-    /// Mutable access for enrichment, after [`RawSpan::decode`].
-    pub fn span_mut(resource_spans: &mut ResourceSpans) -> Option<&mut Span> {
-        resource_spans.scope_spans.first_mut()?.spans.first_mut()
-    }
-}
-
-/// Spans decoded for forwarding, merged back under one resource and scope per origin.
-pub fn regroup(spans: Vec<(u32, ResourceSpans)>) -> Vec<ResourceSpans> {
-    let mut out: Vec<(u32, ResourceSpans)> = Vec::new();
-    for (origin, rs) in spans {
-        match out.iter_mut().find(|(o, _)| *o == origin) {
-            Some((_, known)) => {
-                if let (Some(into), Some(from)) = (
-                    known.scope_spans.first_mut(),
-                    rs.scope_spans.into_iter().next(),
-                ) {
-                    into.spans.extend(from.spans);
+            let deadline = tokio::time::Instant::from_std(wake);
+            // The timer is made inside the runtime's context, which `block_on` enters.
+            let next =
+                clock.block_on(async { tokio::time::timeout_at(deadline, messages.recv()).await });
+            let message = match next {
+                Ok(Some(message)) => message,
+                Ok(None) => break,
+                Err(_) => continue,
+            };
+            let now = Instant::now();
+            match message {
+                PipelineMessage::Export { part, lsn, permit } => {
+                    self.ingest(part, now, Some(lsn), &nothing_written, false);
+                    self.next_lsn = self.next_lsn.max(lsn + 1);
+                    drop(permit);
+                }
+                PipelineMessage::Barrier(done) => {
+                    // A barrier is also the moment to notice a sink that can write again.
+                    self.flush_batch();
+                    self.retry_unwritten();
+                    let _ = done.send(());
+                }
+                PipelineMessage::Reload(engine) => self.engine = *engine,
+                PipelineMessage::Pause(resume) => {
+                    let _ = resume.blocking_recv();
                 }
             }
-            None => out.push((origin, rs)),
         }
+        let pending = self.assembler.drain_all();
+        self.evaluate(pending);
+        self.report_pending();
+        self.flush_batch();
+        self.close_sink();
+        self.summary.all_written = self.summary.rows_lost == 0 && self.pinned_lsn.is_none();
+        self.checkpoint(Instant::now(), true);
+        self.summary
     }
-    out.into_iter().map(|(_, rs)| rs).collect()
-}
 
-/// The parts of an export for each shard that has spans, in shard order. With one shard the
-/// spans are passed on whole, without a copy.
-pub fn partition(export: WireExport, bytes: &Bytes, shards: usize) -> Vec<(usize, ExportPart)> {
-    let keep_raw = !export.raw.is_empty();
-    let origins: Arc<[OriginRanges]> = export.origins.into();
-    let raw_for = |spans: Vec<(u32, Range<usize>)>| {
-        (keep_raw && !spans.is_empty()).then(|| RawSpans {
-            bytes: bytes.clone(),
-            origins: Arc::clone(&origins),
-            spans,
-        })
-    };
-    if shards <= 1 {
-        if export.spans.is_empty() {
-            return Vec::new();
+    /// `replayed`: the part comes from the write-ahead log at start-up.
+    fn ingest(
+        &mut self,
+        part: ExportPart,
+        now: Instant,
+        lsn: Option<u64>,
+        written: &HashSet<(TraceId, SpanId)>,
+        replayed: bool,
+    ) {
+        let mut ready = Ready::default();
+        let mut duplicates = 0;
+        let mut passthrough = Vec::new();
+        let raw = part.raw.filter(|_| self.forward.is_some());
+        for (i, facts) in part.spans.into_iter().enumerate() {
+            let id = (facts.trace_id, facts.span_id);
+            let is_logical = facts.kind == SpanKind::LogicalRequest;
+            let offer = if written.contains(&id) {
+                self.assembler.offer_written(facts, now, &mut ready)
+            } else if replayed {
+                self.assembler.offer_replayed(facts, now, &mut ready)
+            } else {
+                self.assembler.offer(facts, now, &mut ready)
+            };
+            let raw_span = || raw.as_ref().and_then(|r| r.span(i));
+            match offer {
+                Offer::Attempt(key) => {
+                    if let Some(lsn) = lsn {
+                        let range = LsnRange::single(lsn);
+                        self.group_lsns
+                            .entry(key)
+                            .and_modify(|r| *r = r.widen(range))
+                            .or_insert(range);
+                    }
+                    // An attempt already written before a restart makes no row again, so
+                    // holding it for its enriched copy would hold it forever.
+                    if !written.contains(&id) {
+                        if let Some(span) = raw_span() {
+                            self.held.insert(id, span);
+                        }
+                    }
+                }
+                Offer::Plain => {
+                    if let Some(lsn) = lsn {
+                        self.plain_lsns.entry(id).or_insert(lsn);
+                    }
+                    if let Some(span) = raw_span() {
+                        self.held.insert(id, span);
+                    }
+                }
+                Offer::Duplicate => duplicates += 1,
+                Offer::Logical | Offer::Passthrough | Offer::HeldTry => {
+                    if let (Offer::HeldTry, Some(lsn)) = (&offer, lsn) {
+                        // Kept in the log until its GenAI parent is evaluated or it is let go.
+                        self.plain_lsns.entry(id).or_insert(lsn);
+                    }
+                    if let (true, Some(lsn)) = (is_logical, lsn) {
+                        self.logical_lsns.entry(id).or_insert(lsn);
+                    }
+                    if let Some(span) = raw_span().and_then(|s| s.decode()) {
+                        passthrough.push(span);
+                    }
+                }
+            }
         }
-        let raw = raw_for(export.raw);
-        return vec![(
-            0,
-            ExportPart {
-                spans: export.spans,
-                raw,
-            },
-        )];
-    }
-    // Exact capacities: growing vectors of `SpanFacts` copied them and faulted in fresh pages.
-    let targets: Vec<usize> = export
-        .spans
-        .iter()
-        .map(|facts| shard_of(&facts.trace_id, shards))
-        .collect();
-    let mut counts = vec![0usize; shards];
-    for &shard in &targets {
-        counts[shard] += 1;
-    }
-    let mut spans: Vec<Vec<SpanFacts>> = counts.iter().map(|&n| Vec::with_capacity(n)).collect();
-    let mut raws: Vec<Vec<(u32, Range<usize>)>> = counts
-        .iter()
-        .map(|&n| Vec::with_capacity(if keep_raw { n } else { 0 }))
-        .collect();
-    let mut raw = export.raw.into_iter();
-    for (facts, shard) in export.spans.into_iter().zip(targets) {
-        if let Some(r) = raw.next() {
-            raws[shard].push(r);
+        // Replayed copies of spans restored as finished context were counted when they came.
+        if duplicates > 0 && !replayed {
+            self.metrics.duplicate_spans(duplicates);
         }
-        spans[shard].push(facts);
+        if let Some(forward) = &self.forward {
+            if !passthrough.is_empty() {
+                forward.send(regroup(passthrough));
+            }
+        }
+        self.evaluate(ready);
+        self.report_pending();
     }
-    spans
+
+    /// When the worker must act without a message: the assembler's next group deadline, the
+    /// next flush of rows waiting in the batch (or retry of rows a sink refused), and the next
+    /// checkpoint, which also lets go of logical spans and HTTP tries that waited in vain and
+    /// completes files that are old enough.
+    fn next_wake(&self) -> Instant {
+        let mut wake = self.last_checkpoint + CHECKPOINT_EVERY;
+        if let Some(deadline) = self.assembler.next_deadline() {
+            wake = wake.min(deadline);
+        }
+        if !self.batch.is_empty() || !self.unwritten.is_empty() {
+            wake = wake.min(self.last_tick + FLUSH_EVERY);
+        }
+        wake
+    }
+
+    fn tick(&mut self, now: Instant) {
+        self.last_tick = now;
+        let mut ready = Ready::default();
+        self.assembler.expire(now, &mut ready);
+        self.evaluate(ready);
+        self.flush_batch();
+        self.retry_unwritten();
+        if let Some(sink) = &mut self.sink {
+            let result = sink.rotate_expired(now);
+            self.after_sink(result.map(|files| files.len()), None);
+        }
+        self.report_pending();
+        if now.duration_since(self.last_checkpoint) >= CHECKPOINT_EVERY {
+            self.last_checkpoint = now;
+            self.checkpoint(now, false);
+        }
+    }
+
+    /// Shards share one gauge: each adds the change in its own count.
+    fn report_pending(&mut self) {
+        let now = self.assembler.pending_requests() as u64;
+        self.metrics
+            .adjust_requests_pending(self.pending_reported, now);
+        self.pending_reported = now;
+    }
+
+    /// Saves the finished-request cache when it changed (at most every [`SUMMARIES_EVERY`]
+    /// unless `force`d), then tells the watermark which records of the log this shard still
+    /// needs. In that order: a record is released only once the saved cache reflects it.
+    fn checkpoint(&mut self, now: Instant, force: bool) {
+        let summaries_need = self.save_summaries(now, force);
+        let Some(watermark) = self.watermark.clone() else {
+            return;
+        };
+        let assembler = &self.assembler;
+        self.logical_lsns
+            .retain(|(trace, span), _| assembler.holds_logical(*trace, *span));
+        let oldest_needed = [
+            self.group_lsns.values().map(|r| r.min).min(),
+            self.logical_lsns.values().copied().min(),
+            self.plain_lsns.values().copied().min(),
+            self.sink.as_ref().and_then(ParquetSink::oldest_open_lsn),
+            self.batch_lsns.map(|r| r.min),
+            self.pinned_lsn,
+            summaries_need,
+        ]
         .into_iter()
-        .zip(raws)
-        .enumerate()
-        .filter(|(_, (spans, _))| !spans.is_empty())
-        .map(|(shard, (spans, raw))| {
-            (
-                shard,
-                ExportPart {
-                    spans,
-                    raw: raw_for(raw),
-                },
+        .flatten()
+        .min();
+        watermark.report(self.shard, self.next_lsn.saturating_sub(1), oldest_needed);
+    }
+
+    /// Saves the finished cache if it changed and it is time; returns the oldest log record the
+    /// saved copy does not reflect yet, if any (the log keeps it: after a crash its replay
+    /// rebuilds what the saved copy lacks).
+    fn save_summaries(&mut self, now: Instant, force: bool) -> Option<u64> {
+        let saved = self.summaries.as_mut()?;
+        let changes = self.assembler.finished_changes();
+        let due =
+            force || saved.changes.is_none() || now.duration_since(saved.at) >= SUMMARIES_EVERY;
+        if saved.changes != Some(changes) && due {
+            saved.at = now;
+            let encoded = self.assembler.encode_finished();
+            match saved.store.save(self.shard, &encoded.parts()) {
+                Ok(()) => saved.changes = Some(changes),
+                Err(e) => {
+                    // Only context is at stake, never rows: the log is not held for it.
+                    tracing::warn!(file = %saved.store.path(self.shard).display(), error = %e, "cannot save the finished-request summaries; after a restart, late retries of requests finished since the last save are judged without their earlier attempts");
+                    saved.changes = Some(changes);
+                }
+            }
+        }
+        if saved.changes == Some(changes) {
+            saved.covers_below = self.next_lsn;
+            None
+        } else {
+            Some(saved.covers_below)
+        }
+    }
+
+    /// Writes again the rows whose write failed; once that works, the sink is healthy again.
+    fn retry_unwritten(&mut self) {
+        if self.unwritten.is_empty() {
+            return;
+        }
+        for (rows, lsns) in std::mem::take(&mut self.unwritten) {
+            self.write_rows(rows, lsns);
+        }
+        if self.unwritten.is_empty() {
+            tracing::info!("parquet output is writable again; accepting exports");
+            self.health.clear_problem(PARQUET_COMPONENT);
+        }
+    }
+
+    /// Writes rows one partition at a time, so a failure keeps exactly the rows that did not
+    /// reach a file for the next retry.
+    fn write_rows(&mut self, mut rows: Vec<AttemptRow>, lsns: Option<LsnRange>) {
+        self.write_rows_from(&mut rows, lsns);
+    }
+
+    /// [`Shard::write_rows`] without giving up the vector, so the batch keeps its capacity.
+    fn write_rows_from(&mut self, rows: &mut Vec<AttemptRow>, lsns: Option<LsnRange>) {
+        // A stable sort allocates half the batch as scratch even when nothing moves.
+        if !rows.is_sorted_by_key(AttemptRow::partition_date) {
+            rows.sort_by_key(AttemptRow::partition_date);
+        }
+        let mut start = 0;
+        while start < rows.len() {
+            let date = rows[start].partition_date();
+            let end = rows[start..]
+                .iter()
+                .position(|r| r.partition_date() != date)
+                .map_or(rows.len(), |n| start + n);
+            let Some(sink) = &mut self.sink else { return };
+            let result = sink.write_from_wal(&rows[start..end], lsns);
+            let failed = result.is_err();
+            self.after_sink(result.map(|files| files.len()), lsns);
+            if failed {
+                self.unwritten.push((rows[start..end].to_vec(), lsns));
+            }
+            start = end;
+        }
+        rows.clear();
+    }
+
+    fn evaluate(&mut self, ready: Ready) {
+        if ready.evicted > 0 {
+            self.metrics.requests_evicted(ready.evicted);
+        }
+        if ready.duplicates > 0 {
+            self.metrics.duplicate_spans(ready.duplicates);
+        }
+        // Rows go straight into the write batch (taken out while `self` is borrowed below).
+        let mut batch = std::mem::take(&mut self.batch);
+        let start = batch.len();
+        let mut lsns: Option<LsnRange> = None;
+        for id in &ready.consumed {
+            if let Some(lsn) = self.plain_lsns.remove(id) {
+                lsns = LsnRange::widen_optional(lsns, Some(LsnRange::single(lsn)));
+            }
+        }
+        let requests = ready.requests.len() as u64;
+        for request in ready.requests {
+            if !request.evaluated.is_empty() {
+                self.metrics.late_attempts(request.attempts.len() as u64);
+            }
+            lsns = LsnRange::widen_optional(lsns, self.group_lsns.remove(&request.key));
+            if let Some(logical) = &request.logical {
+                self.logical_lsns
+                    .remove(&(logical.trace_id, logical.span_id));
+            }
+            let before = batch.len();
+            self.engine.evaluate_into(&request, &mut batch);
+            if !self.recovered.is_empty() && request.attempt_source != AttemptSource::Declared {
+                self.drop_recovered(&mut batch, before);
+            }
+            self.assembler.finish(request);
+        }
+        if !self.recovered.is_empty() && self.assembler.pending_requests() == 0 {
+            self.recovered = HashSet::new();
+        }
+        self.summary.requests += requests;
+        let rows = &batch[start..];
+        self.forward_enriched(rows);
+        // Plain spans that made no row of their own (the GenAI span of an SDK retry loop) go on
+        // as they came.
+        self.forward_unenriched(&ready.consumed);
+        if !rows.is_empty() {
+            self.summary.rows += rows.len() as u64;
+            self.metrics.record_rows(rows);
+            self.batch_lsns = LsnRange::widen_optional(self.batch_lsns, lsns);
+        }
+        self.batch = batch;
+        if self.batch.len() >= WRITE_BATCH_ROWS {
+            self.flush_batch();
+        }
+    }
+
+    /// Drops the rows from `start` on that a completed file held before the restart.
+    fn drop_recovered(&self, batch: &mut Vec<AttemptRow>, start: usize) {
+        let new = batch.split_off(start);
+        batch.extend(new.into_iter().filter(|row| {
+            crate::contract::ids_from_hex(&row.trace_id, &row.span_id).is_none_or(
+                |(trace, span)| !self.recovered.contains(&(trace, span, row.attempt_index)),
             )
-        })
-        .collect()
-}
+        }));
+    }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::contract::wire::read_export;
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    fn flush_batch(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let mut rows = std::mem::take(&mut self.batch);
+        let lsns = self.batch_lsns.take();
+        self.write_rows_from(&mut rows, lsns);
+        self.batch = rows;
+    }
 
-    fn span(trace: u8, id: u8) -> Span {
-        Span {
-            trace_id: vec![trace; 16],
-            span_id: vec![id; 8],
-            ..Default::default()
+    fn forward_unenriched(&mut self, ids: &[(TraceId, SpanId)]) {
+        let Some(forward) = &self.forward else { return };
+        let spans: Vec<_> = ids
+            .iter()
+            .filter_map(|id| self.held.remove(id))
+            .filter_map(|span| span.decode())
+            .collect();
+        if !spans.is_empty() {
+            forward.send(regroup(spans));
         }
     }
 
-    fn encoded(spans: Vec<Span>) -> Bytes {
-        Bytes::from(
-            ExportTraceServiceRequest {
-                resource_spans: vec![ResourceSpans {
-                    scope_spans: vec![ScopeSpans {
-                        spans,
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
+    fn forward_enriched(&mut self, rows: &[AttemptRow]) {
+        if rows.is_empty() {
+            return;
+        }
+        let Some(forward) = &self.forward else { return };
+        let mut batch = Vec::with_capacity(rows.len());
+        // Last first: a span that made several rows (a call's spanless tries share its id) is
+        // enriched with its last attempt's values.
+        for row in rows.iter().rev() {
+            let Some(id) = crate::contract::ids_from_hex(&row.trace_id, &row.span_id) else {
+                continue;
+            };
+            let Some((origin, mut resource_spans)) = self.held.remove(&id).and_then(|s| s.decode())
+            else {
+                continue;
+            };
+            if let Some(span) = RawSpan::span_mut(&mut resource_spans) {
+                enrich(span, row);
             }
-            .encode_to_vec(),
-        )
+            batch.push((origin, resource_spans));
+        }
+        if !batch.is_empty() {
+            forward.send(regroup(batch));
+        }
     }
 
-    #[test]
-    fn one_shard_keeps_the_spans_whole() {
-        let bytes = encoded(vec![span(1, 1), span(2, 2)]);
-        let parts = partition(
-            read_export(&bytes, false, &crate::contract::AttributeKeys::NONE).unwrap(),
-            &bytes,
-            1,
-        );
-        assert_eq!(parts.len(), 1);
-        assert_eq!(parts[0].1.spans.len(), 2);
-        assert!(parts[0].1.raw.is_none());
-    }
-
-    #[test]
-    fn spans_of_one_trace_go_to_one_shard_and_none_is_lost() {
-        let bytes = encoded((0..64u8).map(|i| span(i % 16, i)).collect());
-        let parts = partition(
-            read_export(&bytes, true, &crate::contract::AttributeKeys::NONE).unwrap(),
-            &bytes,
-            4,
-        );
-        let mut seen = 0;
-        for (shard, part) in &parts {
-            let raw = part.raw.as_ref().expect("kept for forwarding");
-            for (i, facts) in part.spans.iter().enumerate() {
-                assert_eq!(shard_of(&facts.trace_id, 4), *shard);
-                let (_, rs) = raw.span(i).unwrap().decode().unwrap();
-                assert_eq!(rs.scope_spans[0].spans[0].span_id, facts.span_id.to_vec());
-                seen += 1;
+    /// Reports completed files and sink health after any sink call. `lsns` are the records of
+    /// the rows the call was given: on an error they (and every open file's) stay in the log.
+    fn after_sink(&mut self, result: Result<usize, ParquetSinkError>, lsns: Option<LsnRange>) {
+        let oldest_open = self.sink.as_ref().and_then(ParquetSink::oldest_open_lsn);
+        match result {
+            Ok(files) => {
+                for _ in 0..files {
+                    self.metrics.parquet_file_completed();
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "parquet sink failed; refusing exports until it can write again, and keeping the write-ahead log for recovery at the next start");
+                self.metrics.sink_errors(1);
+                self.health.set_problem(PARQUET_COMPONENT, e.to_string());
+                let lost_from = [lsns.map(|r| r.min), oldest_open, self.pinned_lsn]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                self.pinned_lsn = lost_from.or(Some(0));
             }
         }
-        assert_eq!(seen, 64);
-        assert!(parts.len() > 1, "16 traces over 4 shards use more than one");
+        if let Some(sink) = &self.sink {
+            let stats = sink.stats();
+            let newly_written = stats.rows_written.saturating_sub(self.rows_reported);
+            if newly_written > 0 {
+                self.metrics.rows_written(newly_written);
+                self.rows_reported = stats.rows_written;
+            }
+            self.summary.rows_lost = stats.rows_lost;
+        }
+    }
+
+    fn close_sink(&mut self) {
+        let Some(sink) = self.sink.take() else { return };
+        let before = sink.stats();
+        match sink.close() {
+            Ok(files) => {
+                for _ in &files {
+                    self.metrics.parquet_file_completed();
+                }
+                // Rows in files completed by close: everything still open before it.
+                let newly_written =
+                    before.rows_written.saturating_sub(self.rows_reported) + before.rows_open;
+                if newly_written > 0 {
+                    self.metrics.rows_written(newly_written);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "completing parquet files at shutdown failed; the write-ahead log keeps their rows for the next start");
+                self.metrics.sink_errors(1);
+                self.summary.rows_lost += before.rows_open;
+            }
+        }
     }
 }

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use super::{Refusal, Transport};
 use crate::contract::wire::{read_export, WireError, WireExport};
 use crate::contract::SharedAttributeKeys;
-use crate::sinks::metrics::Metrics;
+use crate::telemetry::Metrics;
 
 /// The stage after the receivers. A receiver calls [`refuse_early`](Self::refuse_early), then
 /// [`read`](Self::read), then [`consume`](Self::consume), and answers the client `OK` only when

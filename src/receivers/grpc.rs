@@ -13,16 +13,16 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
-use prost::Message;
 use tokio::net::TcpListener;
-use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
-use super::auth::{self, Authenticator};
-use super::tls::TlsIdentity;
 use super::{Refusal, TracesConsumer, Transport};
+use crate::server::auth::{self, Authenticator};
+use crate::server::tls::TlsIdentity;
+use crate::server::ResponseEncoder;
 
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
@@ -60,26 +60,6 @@ impl Decoder for ExportDecoder {
         Ok(Some(RawExport {
             bytes: src.copy_to_bytes(src.remaining()),
         }))
-    }
-}
-
-/// Encodes the protobuf answer of a method served by hand (the trace service, the decision
-/// service): what tonic's own codec would do, shared by both.
-pub(crate) struct ResponseEncoder<T>(std::marker::PhantomData<T>);
-
-impl<T> Default for ResponseEncoder<T> {
-    fn default() -> Self {
-        ResponseEncoder(std::marker::PhantomData)
-    }
-}
-
-impl<T: Message> Encoder for ResponseEncoder<T> {
-    type Item = T;
-    type Error = Status;
-
-    fn encode(&mut self, item: T, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        item.encode(dst)
-            .map_err(|e| Status::internal(format!("cannot encode response: {e}")))
     }
 }
 

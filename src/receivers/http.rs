@@ -15,9 +15,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse
 use prost::Message;
 use tokio::net::TcpListener;
 
-use super::auth::{self, Authenticator};
-use super::tls::TlsIdentity;
 use super::{Refusal as ConsumerRefusal, TracesConsumer, Transport};
+use crate::server::auth::{self, Authenticator};
+use crate::server::tls::TlsIdentity;
 
 pub const TRACES_PATH: &str = "/v1/traces";
 const PROTOBUF: &str = "application/x-protobuf";

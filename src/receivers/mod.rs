@@ -4,15 +4,13 @@
 //! the pipeline's intake, which answers only once the request is durably in the write-ahead log,
 //! or under `--sink none` a consumer that drops it. A consumer that cannot take more answers
 //! with a retryable [`Refusal`], which each receiver maps to its protocol's status.
-//! Optionally both serve TLS ([`tls`]) and require a bearer token ([`auth`]), checked before
+//! Optionally both serve TLS and require a bearer token ([`crate::server`]), checked before
 //! anything is decoded.
 
-pub mod auth;
 pub mod config;
 mod consumer;
 pub mod grpc;
 pub mod http;
-pub mod tls;
 
 pub use config::{AuthConfig, OtlpReceiverConfig, ReceiversConfig, TlsConfig};
 pub use consumer::{DiscardConsumer, TracesConsumer};

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::FsyncPolicy;
-use crate::config::{duration, ConfigProblem, Problems, ABOVE_ZERO, MIB};
+use crate::config_kernel::{duration, ConfigProblem, Problems, ABOVE_ZERO, MIB};
 
 /// `[wal]`: the write-ahead log that makes an acknowledged export survive a crash.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use retry_spend_collector::config::Config;
-use retry_spend_collector::pipeline::Engine;
-use retry_spend_collector::pricing::PricingBook;
+use retry_spend_collector::engine::Engine;
 use retry_spend_collector::replay::{replay, ReplayOptions};
 use retry_spend_collector::rules::RulesConfig;
 use retry_spend_collector::service::{start, Collector};
@@ -44,7 +43,7 @@ pub fn example_requests() -> Vec<ExportTraceServiceRequest> {
 pub fn replayed_rows() -> Vec<Row> {
     let out = tempfile::tempdir().unwrap();
     let engine = Engine {
-        book: PricingBook::load_dir(Path::new(PRICING)).unwrap(),
+        book: retry_spend_collector::load::pricing_dir(Path::new(PRICING)).unwrap(),
         rules: RulesConfig::default(),
         policies: Default::default(),
     };

@@ -6,8 +6,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{start, ForwardError, ForwardHandle, ForwardObserver, Forwarder};
-use crate::config::{deserialize_endpoint, duration, ConfigProblem, Problems, ABOVE_ZERO, MIB};
-use crate::receivers::config::OTLP_RECEIVE_LIMIT_BYTES;
+use crate::config_kernel::OTLP_RECEIVE_LIMIT_BYTES;
+use crate::config_kernel::{
+    deserialize_endpoint, duration, ConfigProblem, Problems, ABOVE_ZERO, MIB,
+};
 
 /// `[exporters.otlp_forward]`: sending the enriched spans on to a downstream OTLP gRPC endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

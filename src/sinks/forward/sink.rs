@@ -17,7 +17,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
-use crate::config::join_problems;
+use crate::config_kernel::join_problems;
 
 use super::batch::{span_count, Batch, Limits};
 use super::{ForwardError, ForwardObserver, OtlpForwardConfig};

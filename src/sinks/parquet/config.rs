@@ -8,9 +8,13 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::instance;
-use super::remote::MIN_PART_BYTES;
 use super::Output;
-use crate::config::{deserialize_endpoint, duration, ConfigProblem, Problems, ABOVE_ZERO, MIB};
+use crate::config_kernel::{
+    deserialize_endpoint, duration, ConfigProblem, Problems, ABOVE_ZERO, MIB,
+};
+
+/// S3's smallest part (but the last).
+pub const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
 
 /// `[exporters.parquet]`: the `attempts` table files and when to rotate them.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

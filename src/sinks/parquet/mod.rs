@@ -8,6 +8,7 @@
 mod batch;
 pub mod config;
 pub mod instance;
+mod layout;
 pub mod output;
 pub mod remote;
 pub mod schema;
@@ -22,8 +23,9 @@ pub use batch::{decimal_to_scaled_i128, rows_to_batch, scaled_i128_to_decimal};
 mod written;
 
 pub use config::{ObjectStoreConfig, ParquetExporterConfig};
+pub use layout::{TABLE_DIR, WAL_LSN_KEY};
 pub use output::{Output, OutputError, RemoteOutput};
-pub use sink::{LsnRange, ParquetSink, SinkStats, TABLE_DIR, WAL_LSN_KEY};
+pub use sink::{ParquetSink, SinkStats};
 pub use written::{remove_temporary_files, written_spans, RowKey, WrittenRows};
 
 /// Everything that can go wrong writing the `attempts` table. Each I/O case names the path, so

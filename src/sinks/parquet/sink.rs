@@ -21,15 +21,14 @@ use parquet::schema::types::ColumnPath;
 use super::batch::batch_from_refs;
 use super::config::ParquetExporterConfig;
 use super::instance;
+use super::layout::{TABLE_DIR, WAL_LSN_KEY};
 use super::remote::upload::relative_key;
 use super::remote::{Staged, UploadError, Uploader};
 use super::schema::{attempts_schema, HIGH_CARDINALITY_COLUMNS};
 use super::ParquetSinkError;
-use crate::config::join_problems;
+use crate::config_kernel::join_problems;
 use crate::record::AttemptRow;
-
-/// The table's directory under the output directory.
-pub const TABLE_DIR: &str = "attempts";
+use crate::wal::LsnRange;
 
 /// Prefix of the hive partition directory name; the date follows as `YYYY-MM-DD`.
 const PARTITION_PREFIX: &str = "date=";
@@ -101,38 +100,6 @@ struct OpenFile {
     /// The write-ahead log records its rows came from; recorded in the footer on completion.
     wal: Option<LsnRange>,
 }
-
-/// Write-ahead log sequence numbers of the records a file's rows came from (inclusive).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LsnRange {
-    pub min: u64,
-    pub max: u64,
-}
-
-impl LsnRange {
-    pub fn single(lsn: u64) -> LsnRange {
-        LsnRange { min: lsn, max: lsn }
-    }
-
-    /// The range covering both, when either is known.
-    pub fn widen_optional(range: Option<LsnRange>, other: Option<LsnRange>) -> Option<LsnRange> {
-        match (range, other) {
-            (Some(a), Some(b)) => Some(a.widen(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// The range covering both.
-    pub fn widen(self, other: LsnRange) -> LsnRange {
-        LsnRange {
-            min: self.min.min(other.min),
-            max: self.max.max(other.max),
-        }
-    }
-}
-
-/// Footer key holding a file's [`LsnRange`] as `min-max`.
-pub const WAL_LSN_KEY: &str = "retry_spend.wal_lsn";
 
 impl OpenFile {
     fn estimated_bytes(&self) -> u64 {

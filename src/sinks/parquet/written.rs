@@ -12,9 +12,10 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::reader::ChunkReader;
 
+use super::layout::{TABLE_DIR, WAL_LSN_KEY};
 use super::schema::{ATTEMPT_INDEX, SPAN_ID, TRACE_ID};
-use super::sink::{LsnRange, TABLE_DIR, WAL_LSN_KEY};
 use crate::contract::{SpanId, TraceId};
+use crate::wal::LsnRange;
 
 /// A row's key: trace id, span id and attempt index (the spanless tries of a resend count share
 /// their call's span id, SPEC §2).

@@ -12,7 +12,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::sinks::parquet::LsnRange;
+use crate::wal::LsnRange;
 
 /// File name of the record under the write-ahead log directory.
 pub const JOURNAL_FILE: &str = "uploaded";

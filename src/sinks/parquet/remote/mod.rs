@@ -7,11 +7,11 @@ pub mod store;
 mod tests;
 pub mod upload;
 
+pub use super::config::MIN_PART_BYTES;
 pub use journal::JOURNAL_FILE;
 pub use store::{build as build_store, StoreError};
 pub use upload::{
     LogObserver, Staged, StagedCounts, UploadError, UploadObserver, UploadRetries, Uploader,
-    MIN_PART_BYTES,
 };
 
 /// Directory under the write-ahead log directory where Parquet files are written before upload.
@@ -25,8 +25,8 @@ pub const BACKLOG_COMPONENT: &str = "object_store_backlog";
 
 /// Upload trouble as `/healthz` problems, and upload failures in the sink error counter.
 pub struct HealthObserver {
-    pub health: std::sync::Arc<crate::sinks::metrics::Health>,
-    pub metrics: std::sync::Arc<crate::sinks::metrics::Metrics>,
+    pub health: std::sync::Arc<crate::telemetry::Health>,
+    pub metrics: std::sync::Arc<crate::telemetry::Metrics>,
 }
 
 impl UploadObserver for HealthObserver {

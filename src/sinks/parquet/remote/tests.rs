@@ -23,8 +23,9 @@ use super::{UploadObserver, UploadRetries, Uploader};
 use crate::sinks::parquet::output::{Output, RemoteOutput};
 use crate::sinks::parquet::tests::retry_at;
 use crate::sinks::parquet::{
-    LsnRange, ObjectStoreConfig, ParquetExporterConfig, ParquetSink, ParquetSinkError,
+    ObjectStoreConfig, ParquetExporterConfig, ParquetSink, ParquetSinkError,
 };
+use crate::wal::LsnRange;
 
 /// 2025-03-14T12:00:00Z.
 const MARCH_14_NOON: i64 = 1_741_953_600_000_000_000;

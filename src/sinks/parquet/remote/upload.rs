@@ -25,10 +25,7 @@ use super::journal::{Entry, Journal};
 use crate::sinks::parquet::config::ObjectStoreConfig;
 use crate::sinks::parquet::output::RemoteOutput;
 use crate::sinks::parquet::written::spans_in;
-use crate::sinks::parquet::LsnRange;
-
-/// S3's smallest part (but the last).
-pub const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
+use crate::wal::LsnRange;
 
 /// What the uploader tells the rest of the process: `serve` turns it into health and refusals,
 /// `replay` into log lines.

@@ -1,0 +1,381 @@
+//! Time and memory bounds for `serve`: when a group is ready to evaluate.
+//!
+//! A group is ready once its logical span's `attempt_count` attempts have arrived, or when
+//! `group_wait` has passed since its latest span, or — to bound memory — when it is the oldest
+//! and the pending cap is hit. No clock is read here: callers pass `now`, which keeps this
+//! testable without sleeps.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::plain::{PlainHold, PlainOffer};
+use super::{GroupKey, Grouper, Offer, Request, Summary};
+use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
+
+/// The bounds of every assembler of a process together (`[processors.retry_spend]`); each of
+/// `shards` assemblers holds its share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AssemblyBounds {
+    /// How long a request waits for missing spans after its latest span arrived.
+    pub group_wait: Duration,
+    /// Requests buffered while waiting.
+    pub max_pending_requests: usize,
+    /// Recently evaluated requests remembered so a late duplicate span is not a new request.
+    pub finished_cache_requests: usize,
+    /// Estimated bytes of pending requests, waiting logical spans and the finished-request
+    /// cache together. Over it, the finished cache gives up its oldest entries first (down to a
+    /// quarter of the budget), then the oldest pending requests are evaluated early.
+    pub max_pending_bytes: u64,
+}
+
+impl Default for AssemblyBounds {
+    fn default() -> Self {
+        AssemblyBounds {
+            group_wait: Duration::from_secs(10),
+            max_pending_requests: 100_000,
+            finished_cache_requests: 50_000,
+            max_pending_bytes: 32 << 20,
+        }
+    }
+}
+
+/// One assembler's share of the [`AssemblyBounds`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ShardBounds {
+    group_wait: Duration,
+    max_pending_requests: usize,
+    finished_cache_requests: usize,
+    max_pending_bytes: usize,
+}
+
+impl ShardBounds {
+    fn of(bounds: &AssemblyBounds, shards: usize) -> ShardBounds {
+        let shards = shards.max(1);
+        ShardBounds {
+            group_wait: bounds.group_wait,
+            max_pending_requests: bounds.max_pending_requests.div_ceil(shards),
+            finished_cache_requests: bounds.finished_cache_requests.div_ceil(shards),
+            max_pending_bytes: usize::try_from(bounds.max_pending_bytes / shards as u64)
+                .unwrap_or(usize::MAX),
+        }
+    }
+}
+
+/// Requests ready for the rules, and why.
+#[derive(Debug, Default)]
+pub struct Ready {
+    pub requests: Vec<Request>,
+    /// How many of them were evaluated early because the pending cap was hit.
+    pub evicted: u64,
+    /// Model spans, call spans and HTTP tries no longer held (inferred, or let go): those that
+    /// made no row are forwarded as they are.
+    pub consumed: Vec<(TraceId, SpanId)>,
+    /// Model spans that made no row: another instrumentation's span of the same call, or a late
+    /// span of a call already written (SPEC §2).
+    pub duplicates: u64,
+}
+
+#[derive(Debug)]
+pub struct Assembler {
+    grouper: Grouper,
+    /// Plain GenAI spans and HTTP tries waiting for inference.
+    plain: PlainHold,
+    options: ShardBounds,
+    /// Deadline order of pending groups; the sequence number breaks ties and finds the entry.
+    deadlines: BTreeMap<(Instant, u64), GroupKey>,
+    deadline_of: HashMap<GroupKey, (Instant, u64)>,
+    /// Logical spans in arrival order, so ones whose attempts never come are let go.
+    logical_arrivals: VecDeque<(Instant, TraceId, SpanId)>,
+    sequence: u64,
+}
+
+impl Assembler {
+    /// The assembler of one of `shards` pipeline shards, each holding its share of `bounds`.
+    pub fn new(bounds: &AssemblyBounds, shards: usize) -> Assembler {
+        let options = ShardBounds::of(bounds, shards);
+        Assembler {
+            grouper: Grouper::with_finished_capacity(options.finished_cache_requests),
+            plain: PlainHold::new(options.group_wait, options.finished_cache_requests),
+            options,
+            deadlines: BTreeMap::new(),
+            deadline_of: HashMap::new(),
+            logical_arrivals: VecDeque::new(),
+            sequence: 0,
+        }
+    }
+
+    /// Takes one span; returns what became of it and any requests it made ready.
+    pub fn offer(&mut self, span: SpanFacts, now: Instant, ready: &mut Ready) -> Offer {
+        self.offer_as(span, now, ready, false)
+    }
+
+    /// [`Assembler::offer`] for an attempt replayed from the write-ahead log whose row a
+    /// completed file already holds: it completes its request as context, never as a row.
+    pub fn offer_written(&mut self, span: SpanFacts, now: Instant, ready: &mut Ready) -> Offer {
+        self.offer_as(span, now, ready, true)
+    }
+
+    fn offer_as(
+        &mut self,
+        span: SpanFacts,
+        now: Instant,
+        ready: &mut Ready,
+        written: bool,
+    ) -> Offer {
+        // A row written before a restart is recognised by the worker, which drops it when
+        // inference makes it again; inference itself needs every span of the trace.
+        match span.kind {
+            SpanKind::SingleAttempt | SpanKind::CallSpan | SpanKind::HttpTry => {
+                // A try with no parent can be no call's: nothing to infer from it.
+                if span.kind == SpanKind::HttpTry && span.parent_span_id.is_none() {
+                    self.plain.note_link(&span, now);
+                    return Offer::Passthrough;
+                }
+                let model = span.kind == SpanKind::SingleAttempt;
+                let offer = self.plain.offer(span, now);
+                self.enforce_cap(ready);
+                return match offer {
+                    PlainOffer::Duplicate => Offer::Duplicate,
+                    PlainOffer::Held if model => Offer::Plain,
+                    PlainOffer::Held => Offer::HeldTry,
+                };
+            }
+            _ => self.plain.note_link(&span, now),
+        }
+        let logical_keys = (span.kind == SpanKind::LogicalRequest).then(|| {
+            (
+                Grouper::keys_for_logical(&span),
+                span.trace_id,
+                span.span_id,
+            )
+        });
+        let offer = if written {
+            self.grouper.offer_written(span)
+        } else {
+            self.grouper.offer(span)
+        };
+        match &offer {
+            Offer::Attempt(key) => {
+                let key = key.clone();
+                self.touch(&key, now);
+                self.take_if_complete(&key, ready);
+                self.enforce_cap(ready);
+            }
+            Offer::Logical => {
+                if let Some((keys, trace_id, span_id)) = logical_keys {
+                    if self.grouper.holds_logical(trace_id, span_id) {
+                        self.logical_arrivals.push_back((now, trace_id, span_id));
+                    }
+                    for key in &keys {
+                        if self.grouper.has_group(key) {
+                            self.touch(key, now);
+                            self.take_if_complete(key, ready);
+                        }
+                    }
+                }
+                self.enforce_cap(ready);
+            }
+            Offer::Duplicate | Offer::Passthrough | Offer::Plain | Offer::HeldTry => {}
+        }
+        offer
+    }
+
+    /// Groups whose wait has passed; logical spans that waited as long for attempts in vain are
+    /// let go.
+    pub fn expire(&mut self, now: Instant, ready: &mut Ready) {
+        self.plain.expire(now, ready);
+        while let Some((&(deadline, seq), _)) = self.deadlines.first_key_value() {
+            if deadline > now {
+                break;
+            }
+            if let Some(key) = self.deadlines.remove(&(deadline, seq)) {
+                self.take(&key, ready);
+            }
+        }
+        while let Some(&(arrived, trace_id, span_id)) = self.logical_arrivals.front() {
+            if arrived + self.options.group_wait > now {
+                break;
+            }
+            self.logical_arrivals.pop_front();
+            let waited_for = self.grouper.keys_for_logical_ids(trace_id, span_id);
+            if !waited_for.iter().any(|k| self.grouper.has_group(k)) {
+                self.grouper.forget_logical(trace_id, span_id);
+            }
+        }
+    }
+
+    /// Every pending group and held plain span, e.g. at shutdown.
+    pub fn drain_all(&mut self) -> Ready {
+        self.deadlines.clear();
+        self.deadline_of.clear();
+        self.logical_arrivals.clear();
+        let mut ready = Ready {
+            requests: self.grouper.drain_all(),
+            ..Ready::default()
+        };
+        self.plain.drain_all(&mut ready);
+        ready
+    }
+
+    /// Remembers an evaluated request for late retries and re-sent spans (see
+    /// [`Grouper::finish`]).
+    pub fn finish(&mut self, request: Request) {
+        // Inferred requests are remembered by trace (see [`PlainHold`]): no late attempt joins
+        // them through the grouper.
+        if request.attempt_source == crate::record::AttemptSource::Declared {
+            self.grouper.finish(request);
+        }
+        // The finished caches keep at most half the budget even when nothing is pending: with
+        // `attempt_count` set nothing waits, and a cache filling the whole budget was most of
+        // the process's memory; the other half stays for requests that do wait.
+        while self.finished_bytes() > self.options.max_pending_bytes / 2 && self.evict_finished() {}
+    }
+
+    /// [`Assembler::offer`] for a span replayed from the write-ahead log whose row no
+    /// completed file holds: an attempt restored as finished context needs its row again.
+    pub fn offer_replayed(&mut self, span: SpanFacts, now: Instant, ready: &mut Ready) -> Offer {
+        self.grouper.unfinish_restored(&span);
+        self.offer(span, now, ready)
+    }
+
+    /// Takes back finished requests saved before a restart, oldest first, before the log is
+    /// replayed. Over the byte budget the oldest are forgotten, as they would have been.
+    pub fn restore(&mut self, summaries: Vec<Summary>) {
+        for summary in summaries {
+            self.grouper.restore(summary);
+            while self.over_budget() && self.grouper.evict_finished() {}
+        }
+    }
+
+    /// The write-ahead log has been replayed (see [`Grouper::end_recovery`]).
+    pub fn end_recovery(&mut self) {
+        self.grouper.end_recovery();
+    }
+
+    /// How many times the finished cache has changed (see [`Grouper::finished_changes`]).
+    pub fn finished_changes(&self) -> u64 {
+        self.grouper.finished_changes()
+    }
+
+    /// The finished cache as a summaries file (see [`Grouper::encode_finished`]).
+    pub fn encode_finished(&self) -> crate::assemble::summary::Encoded {
+        self.grouper.encode_finished()
+    }
+
+    /// Whether this logical span is still waiting for its attempts.
+    pub fn holds_logical(&self, trace_id: TraceId, span_id: SpanId) -> bool {
+        self.grouper.holds_logical(trace_id, span_id)
+    }
+
+    pub fn pending_requests(&self) -> usize {
+        self.grouper.pending_groups() + self.plain.pending_traces()
+    }
+
+    /// The earliest time a pending group or plain run becomes ready by waiting.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let groups = self
+            .deadlines
+            .first_key_value()
+            .map(|(&(deadline, _), _)| deadline);
+        match (groups, self.plain.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn touch(&mut self, key: &GroupKey, now: Instant) {
+        if let Some(old) = self.deadline_of.remove(key) {
+            self.deadlines.remove(&old);
+        }
+        self.sequence += 1;
+        let slot = (now + self.options.group_wait, self.sequence);
+        self.deadlines.insert(slot, key.clone());
+        self.deadline_of.insert(key.clone(), slot);
+    }
+
+    fn take_if_complete(&mut self, key: &GroupKey, ready: &mut Ready) {
+        if self.grouper.is_complete(key) {
+            self.take(key, ready);
+        }
+    }
+
+    fn take(&mut self, key: &GroupKey, ready: &mut Ready) {
+        if let Some(slot) = self.deadline_of.remove(key) {
+            self.deadlines.remove(&slot);
+        }
+        if let Some(request) = self.grouper.take(key) {
+            ready.requests.push(request);
+        }
+    }
+
+    fn over_budget(&self) -> bool {
+        self.grouper.pending_bytes()
+            + self.grouper.finished_bytes()
+            + self.plain.held_bytes()
+            + self.plain.finished_bytes()
+            > self.options.max_pending_bytes
+    }
+
+    fn finished_bytes(&self) -> usize {
+        self.grouper.finished_bytes() + self.plain.finished_bytes()
+    }
+
+    /// Forgets the oldest finished request, or inferred trace, whichever cache is larger.
+    fn evict_finished(&mut self) -> bool {
+        let plain_first = self.plain.finished_bytes() > self.grouper.finished_bytes();
+        (plain_first && self.plain.evict_finished())
+            || self.grouper.evict_finished()
+            || self.plain.evict_finished()
+    }
+
+    /// Lets go of the logical span that arrived first and is still waiting for attempts; false
+    /// when none waits. Its attempts, if they come, are judged without it.
+    fn forget_oldest_logical(&mut self) -> bool {
+        while let Some((_, trace_id, span_id)) = self.logical_arrivals.pop_front() {
+            if self.grouper.forget_logical(trace_id, span_id) {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn enforce_cap(&mut self, ready: &mut Ready) {
+        loop {
+            let over_count = self.grouper.pending_groups() > self.options.max_pending_requests;
+            if !over_count && !self.over_budget() {
+                break;
+            }
+            // Forgetting finished requests costs only late retries their context; evaluating
+            // pending ones early can cost a request its later attempts. Forget first.
+            if !over_count
+                && self.finished_bytes() > self.options.max_pending_bytes / 4
+                && self.evict_finished()
+            {
+                continue;
+            }
+            if !over_count
+                && self.plain.held_bytes() > self.grouper.pending_bytes()
+                && self.plain.evict_oldest(ready)
+            {
+                continue;
+            }
+            let Some((_, key)) = self.deadlines.pop_first() else {
+                // Nothing pending to evaluate: what is left is held for inference, or logical
+                // spans whose attempts have not come (`replay` never lets time pass, so only
+                // the budget lets them go).
+                if self.plain.evict_oldest(ready) || (!over_count && self.forget_oldest_logical()) {
+                    continue;
+                }
+                break;
+            };
+            self.deadline_of.remove(&key);
+            if let Some(request) = self.grouper.take(&key) {
+                ready.requests.push(request);
+                ready.evicted += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

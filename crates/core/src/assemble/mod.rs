@@ -1,0 +1,766 @@
+//! Grouping spans into logical requests (SPEC §2, "Grouping").
+//!
+//! [`Grouper`] holds spans until their request is complete; `replay` feeds it a whole input and
+//! drains everything, `serve` drains by time and attempt count. Both produce the same
+//! [`Request`]s, which is what makes their rows agree. Model spans, call spans and HTTP tries
+//! go through [`infer_trace`] instead, which finds the retries that plain instrumentation shows.
+
+mod assembler;
+pub mod infer;
+mod plain;
+pub mod summary;
+
+pub use assembler::{Assembler, AssemblyBounds, Ready};
+pub use infer::{infer_trace, TraceSpans};
+pub use summary::{ContextSpan, Summary};
+
+use std::collections::VecDeque;
+
+use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
+use crate::record::AttemptSource;
+
+/// Maps keyed by ids from the wire: a fast keyed hash, still randomised per process so a
+/// client cannot choose colliding ids.
+pub type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
+
+/// What one group or finished entry costs beyond the spans it holds: its map slots (at the
+/// tables' load factor), the four or five copies of its key in the maps that index it, and
+/// the allocator's rounding. An estimate, for the byte budget; measured against RSS in
+/// BENCHMARKS.md.
+const GROUP_OVERHEAD_BYTES: usize = 512;
+const SPAN_ID_BYTES: usize = 16;
+
+/// What ties the attempts of one logical request together.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupKey {
+    /// Attempts carrying `retry_spend.request.id`.
+    RequestId {
+        trace_id: TraceId,
+        /// Shared: the key is copied into every map that indexes a pending request.
+        request_id: std::sync::Arc<str>,
+    },
+    /// Attempts without a request id, grouped under their parent span (none: the whole trace).
+    Parent {
+        trace_id: TraceId,
+        parent_span_id: Option<SpanId>,
+    },
+    /// A request named by one span's id: a GenAI span with no contract attributes alone, or the
+    /// request inferred from it (SPEC §2, "Attempts inferred from plain instrumentation": the
+    /// GenAI span of an SDK's retry loop, the first span of a run of failed sibling calls).
+    Single { trace_id: TraceId, span_id: SpanId },
+}
+
+impl GroupKey {
+    /// The group key of an attempt-like span; `None` for logical and passthrough spans.
+    pub fn of(span: &SpanFacts) -> Option<GroupKey> {
+        match span.kind {
+            SpanKind::Attempt => Some(match &span.request_id {
+                Some(id) => GroupKey::RequestId {
+                    trace_id: span.trace_id,
+                    request_id: id.as_str().into(),
+                },
+                None => GroupKey::Parent {
+                    trace_id: span.trace_id,
+                    parent_span_id: span.parent_span_id,
+                },
+            }),
+            SpanKind::SingleAttempt | SpanKind::DeclaredSingle => Some(GroupKey::Single {
+                trace_id: span.trace_id,
+                span_id: span.span_id,
+            }),
+            SpanKind::LogicalRequest
+            | SpanKind::Passthrough
+            | SpanKind::HttpTry
+            | SpanKind::CallSpan => None,
+        }
+    }
+
+    /// The `request_id` column: the request id, else the parent span id (else the trace id when
+    /// parentless attempts share a trace, else the id of the span that names the request).
+    pub fn request_id(&self) -> String {
+        match self {
+            GroupKey::RequestId { request_id, .. } => request_id.to_string(),
+            GroupKey::Parent {
+                parent_span_id: Some(parent),
+                ..
+            } => hex::encode(parent),
+            GroupKey::Parent {
+                trace_id,
+                parent_span_id: None,
+            } => hex::encode(trace_id),
+            GroupKey::Single { span_id, .. } => hex::encode(span_id),
+        }
+    }
+
+    pub fn trace_id(&self) -> &TraceId {
+        match self {
+            GroupKey::RequestId { trace_id, .. }
+            | GroupKey::Parent { trace_id, .. }
+            | GroupKey::Single { trace_id, .. } => trace_id,
+        }
+    }
+}
+
+/// One logical request: its attempts and, when it arrived, its logical request span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub key: GroupKey,
+    pub logical: Option<SpanFacts>,
+    /// Attempts to write rows for.
+    pub attempts: Vec<SpanFacts>,
+    /// Attempts of the same request whose rows were already written (a late retry's earlier
+    /// attempts): context for the rules, never rows again.
+    pub evaluated: Vec<SpanFacts>,
+    /// Where the grouping came from: the `attempt_source` column.
+    pub attempt_source: AttemptSource,
+    /// Inferred requests: the model spans and call spans of their calls, which state the
+    /// envelope, task type and policy attributes (SPEC §2); never rows.
+    pub sources: Vec<SpanFacts>,
+}
+
+/// A request with more attempts than this is evaluated in parts as they arrive (live), and no
+/// more of its attempts are kept as context: no SDK retries that often, and a hostile client
+/// must not grow one request's memory without bound.
+pub const MAX_ATTEMPTS_PER_REQUEST: usize = 10_000;
+
+/// Spans waiting for their request to be evaluated, and a bounded memory of evaluated ones.
+///
+/// Like the OpenTelemetry Collector's tail sampler keeps a decision cache, the grouper keeps the
+/// attempts of recently evaluated requests: a retry that arrives late is judged with its earlier
+/// attempts, and a span an exporter re-sends is recognised and ignored.
+#[derive(Debug, Default)]
+pub struct Grouper {
+    groups: FastMap<GroupKey, Group>,
+    /// Boxed so that the table's slots stay small: it holds one entry per waiting request.
+    logical_by_span: FastMap<(TraceId, SpanId), Box<SpanFacts>>,
+    logical_by_request: FastMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
+    finished: FastMap<GroupKey, Finished>,
+    finished_order: VecDeque<GroupKey>,
+    finished_logical: FastMap<(TraceId, SpanId), GroupKey>,
+    finished_capacity: usize,
+    /// Attempts replayed from the write-ahead log whose rows a completed file already holds:
+    /// context for their request, never rows again.
+    written: FastSet<(TraceId, SpanId)>,
+    /// Estimated bytes held by pending groups and waiting logical spans.
+    pending_bytes: usize,
+    /// Estimated bytes held by the finished-request cache.
+    finished_bytes: usize,
+    /// Counts every change to the finished cache, so a saved copy knows whether it is current.
+    finished_changes: u64,
+    /// Attempt ids of finished requests restored from a saved summary and not yet met again in
+    /// the replayed write-ahead log (see [`Grouper::unfinish_restored`]).
+    restored: FastSet<(TraceId, SpanId)>,
+}
+
+/// A request still waiting: its attempts in arrival order.
+///
+/// The span ids and the first parent are kept beside the attempts so that taking one more span
+/// costs the same however many the group already holds: a hostile exporter can put any number
+/// of attempts in one group, and a scan per span would make that quadratic.
+#[derive(Debug, Default)]
+struct Group {
+    attempts: Vec<SpanFacts>,
+    span_ids: SpanIds,
+    first_parent: Option<SpanId>,
+    bytes: usize,
+}
+
+/// What is remembered of an evaluated request: compact context, not whole spans.
+#[derive(Debug, Default)]
+struct Finished {
+    /// Boxed: most finished requests are looked up again never, and a span inline would make
+    /// every slot of the finished map as large as one.
+    logical: Option<Box<ContextSpan>>,
+    attempts: Vec<ContextSpan>,
+    span_ids: SpanIds,
+    bytes: usize,
+}
+
+/// The span ids of one request: a short list for the usual handful of attempts, a set past that
+/// (a hostile exporter can put any number of attempts in one request).
+#[derive(Debug)]
+enum SpanIds {
+    Few(Vec<SpanId>),
+    Many(Box<FastSet<SpanId>>),
+}
+
+impl Default for SpanIds {
+    fn default() -> Self {
+        SpanIds::Few(Vec::new())
+    }
+}
+
+/// Past this many ids a linear scan costs more than hashing.
+const FEW_SPAN_IDS: usize = 16;
+
+impl SpanIds {
+    fn contains(&self, id: &SpanId) -> bool {
+        match self {
+            SpanIds::Few(ids) => ids.contains(id),
+            SpanIds::Many(ids) => ids.contains(id),
+        }
+    }
+
+    /// Adds `id`; false when it was there already.
+    fn insert(&mut self, id: SpanId) -> bool {
+        match self {
+            SpanIds::Few(ids) if ids.contains(&id) => false,
+            SpanIds::Few(ids) if ids.len() < FEW_SPAN_IDS => {
+                ids.push(id);
+                true
+            }
+            SpanIds::Few(ids) => {
+                let mut set: FastSet<SpanId> = ids.drain(..).collect();
+                set.insert(id);
+                *self = SpanIds::Many(Box::new(set));
+                true
+            }
+            SpanIds::Many(ids) => ids.insert(id),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            SpanIds::Few(ids) => ids.len(),
+            SpanIds::Many(ids) => ids.len(),
+        }
+    }
+
+    fn remove(&mut self, id: &SpanId) -> bool {
+        match self {
+            SpanIds::Few(ids) => {
+                let before = ids.len();
+                ids.retain(|i| i != id);
+                ids.len() < before
+            }
+            SpanIds::Many(ids) => ids.remove(id),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = &SpanId> + '_> {
+        match self {
+            SpanIds::Few(ids) => Box::new(ids.iter()),
+            SpanIds::Many(ids) => Box::new(ids.iter()),
+        }
+    }
+}
+
+/// What happened to a span offered to the [`Grouper`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Offer {
+    /// Held as an attempt of this group.
+    Attempt(GroupKey),
+    /// Held as a logical request span.
+    Logical,
+    /// Already seen (an exporter re-sent its batch): ignored.
+    Duplicate,
+    /// Not part of the contract.
+    Passthrough,
+    /// A plain GenAI span held for inference (`serve`; see [`Assembler`]).
+    Plain,
+    /// An HTTP try held for inference until its GenAI parent is evaluated; it still goes on
+    /// untouched at once, whatever inference makes of it.
+    HeldTry,
+}
+
+impl Grouper {
+    /// A grouper that remembers up to `finished_capacity` evaluated requests (0: none).
+    pub fn with_finished_capacity(finished_capacity: usize) -> Grouper {
+        Grouper {
+            finished_capacity,
+            ..Grouper::default()
+        }
+    }
+
+    pub fn offer(&mut self, span: SpanFacts) -> Offer {
+        match span.kind {
+            SpanKind::Passthrough | SpanKind::HttpTry | SpanKind::CallSpan => Offer::Passthrough,
+            SpanKind::LogicalRequest => self.offer_logical(span),
+            SpanKind::Attempt | SpanKind::SingleAttempt | SpanKind::DeclaredSingle => {
+                let Some(key) = GroupKey::of(&span) else {
+                    return Offer::Passthrough;
+                };
+                let id = span.span_id;
+                if self
+                    .groups
+                    .get(&key)
+                    .is_some_and(|g| g.span_ids.contains(&id))
+                    || self
+                        .finished
+                        .get(&key)
+                        .is_some_and(|f| f.span_ids.contains(&id))
+                {
+                    return Offer::Duplicate;
+                }
+                let group = self.groups.entry(key.clone()).or_insert_with(|| Group {
+                    bytes: GROUP_OVERHEAD_BYTES,
+                    ..Group::default()
+                });
+                let bytes = span.retained_bytes() + SPAN_ID_BYTES;
+                group.bytes += bytes;
+                // A request has one to three attempts as a rule: grow by one at first, not to
+                // the four slots (two KiB) a first push reserves.
+                if group.attempts.len() == group.attempts.capacity() && group.attempts.len() < 8 {
+                    group.attempts.reserve_exact(1);
+                }
+                self.pending_bytes += bytes
+                    + if group.attempts.is_empty() {
+                        GROUP_OVERHEAD_BYTES
+                    } else {
+                        0
+                    };
+                group.span_ids.insert(id);
+                group.first_parent = group.first_parent.or(span.parent_span_id);
+                group.attempts.push(span);
+                Offer::Attempt(key)
+            }
+        }
+    }
+
+    /// Offers an attempt whose row is already in a completed file (crash recovery).
+    pub fn offer_written(&mut self, span: SpanFacts) -> Offer {
+        let id = (span.trace_id, span.span_id);
+        let offer = self.offer(span);
+        if matches!(offer, Offer::Attempt(_)) {
+            self.written.insert(id);
+        }
+        offer
+    }
+
+    fn offer_logical(&mut self, span: SpanFacts) -> Offer {
+        let id = (span.trace_id, span.span_id);
+        if self.logical_by_span.contains_key(&id) || self.finished_logical.contains_key(&id) {
+            return Offer::Duplicate;
+        }
+        // Its request was already evaluated without it: keep it for late retries' envelope.
+        let finished_key = self.finished_key_for_logical(&span);
+        if let Some(key) = finished_key {
+            if let Some(finished) = self.finished.get_mut(&key) {
+                if finished.logical.is_none() {
+                    let context = ContextSpan::of_logical(span);
+                    let bytes = context.retained_bytes();
+                    finished.bytes += bytes;
+                    self.finished_bytes += bytes;
+                    self.finished_changes += 1;
+                    self.finished_logical.insert(id, key);
+                    finished.logical = Some(Box::new(context));
+                    return Offer::Logical;
+                }
+            }
+        }
+        if let Some(request_id) = &span.request_id {
+            self.logical_by_request
+                .insert((span.trace_id, request_id.as_str().into()), id);
+        }
+        self.pending_bytes += span.retained_bytes();
+        self.logical_by_span.insert(id, Box::new(span));
+        Offer::Logical
+    }
+
+    fn finished_key_for_logical(&self, span: &SpanFacts) -> Option<GroupKey> {
+        Grouper::keys_for_logical(span)
+            .into_iter()
+            .find(|k| self.finished.contains_key(k))
+    }
+
+    /// The group keys a logical span can belong to: by its request id, or as the attempts' parent.
+    pub fn keys_for_logical(span: &SpanFacts) -> Vec<GroupKey> {
+        let mut keys = Vec::with_capacity(2);
+        if let Some(request_id) = &span.request_id {
+            keys.push(GroupKey::RequestId {
+                trace_id: span.trace_id,
+                request_id: request_id.as_str().into(),
+            });
+        }
+        keys.push(GroupKey::Parent {
+            trace_id: span.trace_id,
+            parent_span_id: Some(span.span_id),
+        });
+        keys
+    }
+
+    /// [`Grouper::keys_for_logical`] for a logical span still held, by its ids.
+    pub fn keys_for_logical_ids(&self, trace_id: TraceId, span_id: SpanId) -> Vec<GroupKey> {
+        match self.logical_by_span.get(&(trace_id, span_id)) {
+            Some(span) => Grouper::keys_for_logical(span),
+            None => Vec::new(),
+        }
+    }
+
+    pub fn has_group(&self, key: &GroupKey) -> bool {
+        self.groups.contains_key(key)
+    }
+
+    /// Drops a logical span whose attempts never came; it makes no row of its own.
+    pub fn forget_logical(&mut self, trace_id: TraceId, span_id: SpanId) -> bool {
+        let Some(span) = self.logical_by_span.remove(&(trace_id, span_id)) else {
+            return false;
+        };
+        self.pending_bytes = self.pending_bytes.saturating_sub(span.retained_bytes());
+        if let Some(request_id) = &span.request_id {
+            self.logical_by_request
+                .remove(&(trace_id, request_id.as_str().into()));
+        }
+        true
+    }
+
+    /// Whether this logical span is still waiting for attempts.
+    pub fn holds_logical(&self, trace_id: TraceId, span_id: SpanId) -> bool {
+        self.logical_by_span.contains_key(&(trace_id, span_id))
+    }
+
+    /// `first_parent`: the parent span id of the group's first attempt that names one.
+    fn logical_key(
+        &self,
+        key: &GroupKey,
+        first_parent: Option<SpanId>,
+    ) -> Option<(TraceId, SpanId)> {
+        let by_parent = || {
+            first_parent
+                .map(|parent| (*key.trace_id(), parent))
+                .filter(|k| self.logical_by_span.contains_key(k))
+        };
+        match key {
+            GroupKey::RequestId {
+                trace_id,
+                request_id,
+            } => self
+                .logical_by_request
+                .get(&(*trace_id, request_id.clone()))
+                .copied()
+                .filter(|k| self.logical_by_span.contains_key(k))
+                .or_else(by_parent),
+            GroupKey::Parent { .. } => by_parent(),
+            GroupKey::Single { .. } => None,
+        }
+    }
+
+    /// Whether the logical span has arrived and named an attempt count that is now reached. A
+    /// plain GenAI span is a request of one attempt by definition: complete on arrival.
+    pub fn is_complete(&self, key: &GroupKey) -> bool {
+        if matches!(key, GroupKey::Single { .. }) {
+            return self.groups.contains_key(key);
+        }
+        let Some(group) = self.groups.get(key) else {
+            return false;
+        };
+        if group.attempts.len() >= MAX_ATTEMPTS_PER_REQUEST {
+            return true;
+        }
+        self.logical_key(key, group.first_parent)
+            .and_then(|k| self.logical_by_span.get(&k))
+            .and_then(|l| l.attempt_count)
+            .is_some_and(|n| group.attempts.len() >= n as usize)
+    }
+
+    /// Removes a group and returns it as a request, with the attempts of the same request that
+    /// were evaluated before. Its span ids count as seen from now on; hand the request back to
+    /// [`Grouper::finish`] once evaluated so that late retries find its attempts.
+    pub fn take(&mut self, key: &GroupKey) -> Option<Request> {
+        let Group {
+            mut attempts,
+            first_parent,
+            bytes,
+            ..
+        } = self.groups.remove(key)?;
+        self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+        let mut logical = self
+            .logical_key(key, first_parent)
+            .and_then(|k| self.logical_by_span.remove(&k))
+            .map(|l| *l);
+        if let Some(l) = &logical {
+            self.pending_bytes = self.pending_bytes.saturating_sub(l.retained_bytes());
+        }
+        if let Some(id) = logical.as_ref().and_then(|l| l.request_id.as_ref()) {
+            self.logical_by_request
+                .remove(&(*key.trace_id(), id.as_str().into()));
+        }
+        let mut already_written = Vec::new();
+        if !self.written.is_empty() {
+            let written = &mut self.written;
+            let (old, new) = attempts
+                .into_iter()
+                .partition(|a| written.remove(&(a.trace_id, a.span_id)));
+            already_written = old;
+            attempts = new;
+        }
+        let mut evaluated = Vec::new();
+        if let Some(finished) = self.finished.get(key) {
+            let trace_id = *key.trace_id();
+            let kind = match key {
+                GroupKey::Single { .. } => SpanKind::SingleAttempt,
+                GroupKey::RequestId { .. } | GroupKey::Parent { .. } => SpanKind::Attempt,
+            };
+            evaluated = finished
+                .attempts
+                .iter()
+                .map(|a| a.to_facts(trace_id, kind))
+                .collect();
+            if logical.is_none() {
+                logical = finished
+                    .logical
+                    .as_deref()
+                    .map(|l| l.to_facts(trace_id, SpanKind::LogicalRequest));
+            }
+        }
+        if let Some(entry) = self.finished_entry(key) {
+            // Ids now, so a copy arriving before `finish` is still a duplicate.
+            let ids = already_written.iter().chain(&attempts).map(|a| a.span_id);
+            let before = entry.span_ids.len();
+            for id in ids {
+                entry.span_ids.insert(id);
+            }
+            let bytes = (entry.span_ids.len() - before) * SPAN_ID_BYTES;
+            entry.bytes += bytes;
+            self.finished_bytes += bytes;
+            self.finished_changes += 1;
+            if let Some(l) = &logical {
+                self.finished_logical
+                    .insert((l.trace_id, l.span_id), key.clone());
+            }
+        }
+        evaluated.extend(already_written);
+        let attempt_source = match key {
+            GroupKey::Single { .. } => AttemptSource::Single,
+            GroupKey::RequestId { .. } | GroupKey::Parent { .. } => AttemptSource::Declared,
+        };
+        Some(Request {
+            key: key.clone(),
+            logical,
+            attempts,
+            evaluated,
+            attempt_source,
+            sources: Vec::new(),
+        })
+    }
+
+    /// Remembers an evaluated request: its attempts and logical span move into the finished
+    /// cache (no copy), where late retries and re-sent spans are checked against them.
+    pub fn finish(&mut self, request: Request) {
+        let Some(entry) = self.finished_entry(&request.key) else {
+            return;
+        };
+        let known = entry.attempts.len();
+        let new_context = request.evaluated.into_iter().skip(known);
+        let room = MAX_ATTEMPTS_PER_REQUEST.saturating_sub(known);
+        let mut bytes = 0;
+        let added: Vec<ContextSpan> = new_context
+            .chain(request.attempts)
+            .take(room)
+            .map(|attempt| {
+                let context = ContextSpan::of_attempt(attempt);
+                bytes += context.retained_bytes();
+                context
+            })
+            .collect();
+        if entry.attempts.is_empty() {
+            // Exactly as many slots as attempts: most finished requests never grow again.
+            entry.attempts = added;
+        } else {
+            entry.attempts.extend(added);
+        }
+        if entry.logical.is_none() {
+            if let Some(logical) = request.logical {
+                let context = ContextSpan::of_logical(logical);
+                bytes += context.retained_bytes();
+                entry.logical = Some(Box::new(context));
+            }
+        }
+        entry.bytes += bytes;
+        self.finished_bytes += bytes;
+        self.finished_changes += 1;
+    }
+
+    /// Forgets the oldest evaluated request; `false` when none is left. Its late retries will
+    /// be judged without it (`first_attempt_missing`), so this is what a tight budget costs.
+    pub fn evict_finished(&mut self) -> bool {
+        while let Some(oldest) = self.finished_order.pop_front() {
+            if let Some(gone) = self.finished.remove(&oldest) {
+                self.forget_finished(&oldest, gone);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn forget_finished(&mut self, key: &GroupKey, gone: Finished) {
+        self.finished_bytes = self.finished_bytes.saturating_sub(gone.bytes);
+        self.finished_changes += 1;
+        if let Some(l) = gone.logical {
+            self.finished_logical.remove(&(*key.trace_id(), l.span_id));
+        }
+    }
+
+    /// How many times the finished cache has changed: equal counts, equal contents.
+    pub fn finished_changes(&self) -> u64 {
+        self.finished_changes
+    }
+
+    /// The finished cache as a summaries file ([`summary`]), oldest request first. Requests
+    /// named by one plain span are left out: no later retry can join them.
+    pub fn encode_finished(&self) -> summary::Encoded {
+        let mut encoder = summary::Encoder::with_capacity(self.finished_order.len());
+        let mut others = Vec::new();
+        for key in &self.finished_order {
+            if matches!(key, GroupKey::Single { .. }) {
+                continue;
+            }
+            let Some(finished) = self.finished.get(key) else {
+                continue;
+            };
+            others.clear();
+            if finished.span_ids.len() > finished.attempts.len() {
+                let kept: FastSet<SpanId> = finished.attempts.iter().map(|a| a.span_id).collect();
+                others.extend(finished.span_ids.iter().filter(|id| !kept.contains(*id)));
+            }
+            encoder.push(
+                key,
+                finished.logical.as_deref(),
+                &finished.attempts,
+                &others,
+            );
+        }
+        encoder.finish()
+    }
+
+    /// Takes back a finished request saved before a restart, as the newest entry of the cache
+    /// (so give them oldest first). A request already known gains the attempts it lacks.
+    pub fn restore(&mut self, summary: Summary) {
+        let Summary {
+            key,
+            logical,
+            attempts,
+            other_span_ids,
+        } = summary;
+        let trace_id = *key.trace_id();
+        let Some(entry) = self.finished_entry(&key) else {
+            return;
+        };
+        let mut bytes = 0;
+        let mut restored = Vec::new();
+        for attempt in attempts {
+            if entry.span_ids.insert(attempt.span_id) {
+                bytes += SPAN_ID_BYTES;
+                restored.push(attempt.span_id);
+                if entry.attempts.len() < MAX_ATTEMPTS_PER_REQUEST {
+                    bytes += attempt.retained_bytes();
+                    entry.attempts.push(attempt);
+                }
+            }
+        }
+        for id in other_span_ids {
+            if entry.span_ids.insert(id) {
+                bytes += SPAN_ID_BYTES;
+                restored.push(id);
+            }
+        }
+        let mut logical_id = None;
+        if entry.logical.is_none() {
+            if let Some(logical) = logical {
+                bytes += logical.retained_bytes();
+                logical_id = Some(logical.span_id);
+                entry.logical = Some(Box::new(logical));
+            }
+        }
+        entry.bytes += bytes;
+        self.finished_bytes += bytes;
+        self.finished_changes += 1;
+        if let Some(id) = logical_id {
+            self.finished_logical.insert((trace_id, id), key);
+        }
+        self.restored
+            .extend(restored.into_iter().map(|id| (trace_id, id)));
+    }
+
+    /// Before a span replayed from the write-ahead log is offered: if it is an attempt of a
+    /// restored request, its row never reached a completed file (else it would be offered as
+    /// written), so it leaves the finished context and becomes a pending attempt again. A
+    /// restored summary may be newer than the files; the log, not the summary, says what
+    /// still needs a row.
+    pub fn unfinish_restored(&mut self, span: &SpanFacts) {
+        if self.restored.is_empty() || !self.restored.remove(&(span.trace_id, span.span_id)) {
+            return;
+        }
+        let Some(key) = GroupKey::of(span) else {
+            return;
+        };
+        let Some(entry) = self.finished.get_mut(&key) else {
+            return;
+        };
+        let mut bytes = 0;
+        if entry.span_ids.remove(&span.span_id) {
+            bytes += SPAN_ID_BYTES;
+        }
+        if let Some(i) = entry
+            .attempts
+            .iter()
+            .position(|a| a.span_id == span.span_id)
+        {
+            bytes += entry.attempts.remove(i).retained_bytes();
+        }
+        entry.bytes = entry.bytes.saturating_sub(bytes);
+        self.finished_bytes = self.finished_bytes.saturating_sub(bytes);
+        self.finished_changes += 1;
+    }
+
+    /// The write-ahead log is replayed: restored attempts not met in it stay finished context.
+    pub fn end_recovery(&mut self) {
+        self.restored = FastSet::default();
+    }
+
+    /// Estimated bytes held for pending requests.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// Estimated bytes held by the finished-request cache.
+    pub fn finished_bytes(&self) -> usize {
+        self.finished_bytes
+    }
+
+    /// The finished-cache entry of `key`, made (evicting the oldest) if new; `None` when the
+    /// cache is off.
+    fn finished_entry(&mut self, key: &GroupKey) -> Option<&mut Finished> {
+        if self.finished_capacity == 0 {
+            return None;
+        }
+        if !self.finished.contains_key(key) {
+            while self.finished.len() >= self.finished_capacity {
+                if !self.evict_finished() {
+                    break;
+                }
+            }
+            self.finished_order.push_back(key.clone());
+            self.finished_bytes += GROUP_OVERHEAD_BYTES;
+            self.finished_changes += 1;
+        }
+        Some(
+            self.finished
+                .entry(key.clone())
+                .or_insert_with(|| Finished {
+                    bytes: GROUP_OVERHEAD_BYTES,
+                    ..Finished::default()
+                }),
+        )
+    }
+
+    /// Every group, in key order so output is deterministic whatever the arrival order.
+    pub fn drain_all(&mut self) -> Vec<Request> {
+        let mut keys: Vec<GroupKey> = self.groups.keys().cloned().collect();
+        keys.sort();
+        keys.iter().filter_map(|k| self.take(k)).collect()
+    }
+
+    pub fn pending_groups(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Logical spans still waiting for attempts.
+    pub fn pending_logical(&self) -> usize {
+        self.logical_by_span.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1204 @@
+//! The span contract (SPEC §2): attribute names, and reading one OTLP span into typed facts.
+//!
+//! Reading never fails: a value of the wrong type or out of range is kept as "missing" or
+//! "invalid" here, and the rules turn it into the row's `unaudited_reason`.
+
+pub mod otlp_json;
+pub mod wire;
+
+use std::collections::BTreeSet;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use chrono::NaiveDate;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind as OtlpSpanKind;
+use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
+use rust_decimal::{Decimal, RoundingStrategy};
+use serde_json::value::RawValue;
+
+use crate::pricing::parse_date;
+
+/// Attribute names, one constant each.
+pub mod attr {
+    pub const SPAN_ROLE: &str = "retry_spend.span.role";
+    pub const REQUEST_ID: &str = "retry_spend.request.id";
+    pub const ATTEMPT_INDEX: &str = "retry_spend.attempt.index";
+    pub const ATTEMPT_COUNT: &str = "retry_spend.attempt_count";
+    pub const ATTEMPT_MODEL_FAMILY: &str = "retry_spend.attempt.model_family";
+    pub const OUTPUT_REACHED_CLIENT: &str = "retry_spend.attempt.output_reached_client";
+
+    pub const PRICING_SOURCE: &str = "retry_spend.pricing.source";
+    pub const PRICING_CHECKED_AT: &str = "retry_spend.pricing.checked_at";
+    pub const PRICING_VERSION: &str = "retry_spend.pricing.version";
+    pub const BILLING_GROUP: &str = "retry_spend.billing_group";
+    pub const MAX_INCREMENTAL_USD: &str = "retry_spend.envelope.max_incremental_usd";
+    pub const MAX_ATTEMPTS_AFTER_FIRST: &str = "retry_spend.envelope.max_attempts_after_first";
+    pub const ALLOW_FAMILY_FALLBACK: &str = "retry_spend.envelope.allow_family_fallback";
+    pub const ALLOWED_FALLBACK_FAMILIES: &str = "retry_spend.envelope.allowed_fallback_families";
+    pub const REPLAY_SAFE: &str = "retry_spend.envelope.replay_safe";
+    pub const TASK_TYPE: &str = "retry_spend.task.type";
+    pub const ENVELOPE_JSON: &str = "retry_spend.envelope";
+
+    pub const SDK_ESTIMATED_INCREMENTAL_USD: &str = "retry_spend.sdk.estimated_incremental_usd";
+    pub const SDK_REMAINING_ENVELOPE_USD: &str = "retry_spend.sdk.remaining_envelope_usd";
+    pub const SDK_DECISION_REASON: &str = "retry_spend.sdk.decision_reason";
+
+    pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+    pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
+    pub const PROVIDER_NAME: &str = "gen_ai.provider.name";
+    pub const LEGACY_SYSTEM: &str = "gen_ai.system";
+    pub const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+    pub const LEGACY_PROMPT_TOKENS: &str = "gen_ai.usage.prompt_tokens";
+    pub const CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
+    pub const LEGACY_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read_input_tokens";
+    pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+    pub const LEGACY_COMPLETION_TOKENS: &str = "gen_ai.usage.completion_tokens";
+    pub const REQUEST_MAX_TOKENS: &str = "gen_ai.request.max_tokens";
+    pub const CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
+    pub const LEGACY_CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation_input_tokens";
+    /// The Vercel AI SDK's cached input counts.
+    pub const AI_CACHED_INPUT_TOKENS: &str = "ai.usage.cachedInputTokens";
+    pub const AI_CACHE_READ_TOKENS: &str = "ai.usage.inputTokenDetails.cacheReadTokens";
+    /// The Vercel AI SDK's operation id: its call spans are `ai.generateText` and kin.
+    pub const AI_OPERATION_ID: &str = "ai.operationId";
+    pub const OPERATION_NAME: &str = "gen_ai.operation.name";
+    pub const SERVER_ADDRESS: &str = "server.address";
+    pub const URL_FULL: &str = "url.full";
+    pub const LEGACY_HTTP_URL: &str = "http.url";
+    pub const ASSUMED_OUTPUT_CAP: &str = "retry_spend.envelope.assumed_output_cap";
+    pub const ERROR_TYPE: &str = "error.type";
+    pub const SERVICE_NAME: &str = "service.name";
+
+    pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
+    pub const LEGACY_HTTP_METHOD: &str = "http.method";
+    pub const HTTP_RESEND_COUNT: &str = "http.request.resend_count";
+    pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+    pub const LEGACY_HTTP_STATUS_CODE: &str = "http.status_code";
+
+    /// `gen_ai.operation.name` values of a model span (absent counts too).
+    pub const MODEL_OPERATIONS: [&str; 3] = ["chat", "text_completion", "generate_content"];
+    /// `ai.operationId` values of a Vercel AI SDK call span.
+    pub const CALL_OPERATIONS: [&str; 4] = [
+        "ai.generateText",
+        "ai.streamText",
+        "ai.generateObject",
+        "ai.streamObject",
+    ];
+
+    pub const ROLE_LOGICAL_REQUEST: &str = "logical_request";
+    pub const ROLE_ATTEMPT: &str = "attempt";
+    /// `error.type` when the span status is ERROR and names no type.
+    pub const ERROR_TYPE_OTHER: &str = "_OTHER";
+    pub const UNKNOWN_SERVICE: &str = "unknown_service";
+}
+
+/// Token counts above 2^53 cannot come from a real request; they are flagged as invalid usage.
+pub const MAX_TOKEN_COUNT: i64 = 1 << 53;
+
+pub type TraceId = [u8; 16];
+pub type SpanId = [u8; 8];
+
+/// An integer attribute as read: absent or unparseable values are `Missing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Count {
+    #[default]
+    Missing,
+    Value(i64),
+    /// A number that does not fit an i64 at all.
+    OutOfRange,
+}
+
+impl Count {
+    pub fn value(self) -> Option<i64> {
+        match self {
+            Count::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Negative, absurdly large, or beyond i64: not a usage a provider bills.
+    pub fn is_invalid_usage(self) -> bool {
+        match self {
+            Count::Value(v) => !(0..=MAX_TOKEN_COUNT).contains(&v),
+            Count::OutOfRange => true,
+            Count::Missing => false,
+        }
+    }
+}
+
+/// What role a span plays in the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanKind {
+    LogicalRequest,
+    Attempt,
+    /// A model span (a GenAI span of a model operation) with no role, index or request id: a
+    /// request of one attempt, unless inference (SPEC §2, "Attempts inferred from plain
+    /// instrumentation") makes it part of a larger one.
+    SingleAttempt,
+    /// A Vercel AI SDK call span (`ai.operationId` `ai.generateText` and kin): it wraps the
+    /// tries of one call; inference reads its status and envelope, it makes no row itself.
+    CallSpan,
+    /// A GenAI span whose `retry_spend.span.role` or `retry_spend.request.id` cannot group it (an
+    /// unknown role, a request id of another type): a request of one attempt that inference
+    /// leaves alone, since declared attempts always win.
+    DeclaredSingle,
+    /// An HTTP client span (kind CLIENT, an HTTP method) that is no GenAI span: passed through,
+    /// unless inference makes it an attempt of the GenAI span above it. See [`HttpTry`].
+    HttpTry,
+    /// Not ours (a GenAI span of another operation included): forwarded untouched, never a row.
+    Passthrough,
+}
+
+/// Envelope fields as one source (a span's flat attributes, or its JSON policy) gives them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct EnvelopeFields {
+    /// Any envelope attribute other than `task.type` was there, parseable or not.
+    pub present: bool,
+    /// The JSON form was there but did not parse as an object.
+    pub json_invalid: bool,
+    pub pricing_source: Option<String>,
+    pub pricing_checked_at: Option<NaiveDate>,
+    pub pricing_version: Option<String>,
+    pub billing_group: Option<String>,
+    pub max_incremental_usd: Option<Decimal>,
+    pub max_attempts_after_first: Option<i32>,
+    pub allow_family_fallback: Option<bool>,
+    pub allowed_fallback_families: Option<Vec<String>>,
+    pub replay_safe: Option<bool>,
+    /// The output cap to plan with for attempts that state none (SPEC §4). Like `task_type`, it
+    /// does not make an envelope present by itself.
+    pub assumed_output_cap: Option<i64>,
+    pub task_type: Option<String>,
+}
+
+/// Distinct envelopes each reading thread remembers. A service states the same few envelopes
+/// on every request (they come from its policy), so one copy serves thousands of held spans;
+/// past this many the memory starts afresh rather than grow with hostile input.
+const INTERNED_ENVELOPES: usize = 1024;
+
+thread_local! {
+    static ENVELOPES: std::cell::RefCell<std::collections::HashSet<Arc<EnvelopeFields>, ahash::RandomState>> =
+        std::cell::RefCell::new(Default::default());
+}
+
+/// The shared copy of an envelope this thread has read before, else a new one.
+fn intern_envelope(env: EnvelopeFields) -> Arc<EnvelopeFields> {
+    ENVELOPES.with(|cell| {
+        let mut known = cell.borrow_mut();
+        if let Some(shared) = known.get(&env) {
+            return Arc::clone(shared);
+        }
+        if known.len() >= INTERNED_ENVELOPES {
+            known.clear();
+        }
+        let shared = Arc::new(env);
+        known.insert(Arc::clone(&shared));
+        shared
+    })
+}
+
+impl EnvelopeFields {
+    /// The shared value of a span that states no envelope.
+    pub fn empty() -> Arc<EnvelopeFields> {
+        static EMPTY: std::sync::LazyLock<Arc<EnvelopeFields>> =
+            std::sync::LazyLock::new(Arc::default);
+        Arc::clone(&EMPTY)
+    }
+}
+
+/// Where an attempt's input count came from (the `usage_source` column, SPEC §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UsageOrigin {
+    /// The attempt's own span reports it.
+    #[default]
+    Span,
+    /// The call's nest reports it for every try (an inner span, or the outer one for its tries).
+    Call,
+    /// Borrowed from another attempt of the request (step 6).
+    Borrowed,
+}
+
+/// What the rules need from one span, read once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanFacts {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    pub parent_span_id: Option<SpanId>,
+    pub service_name: Arc<str>,
+    pub start_time_unix_nano: u64,
+    pub end_time_unix_nano: u64,
+    pub kind: SpanKind,
+    pub request_id: Option<String>,
+    /// `None` when absent, negative or not an int32: the group is then indexed by start time.
+    pub attempt_index: Option<i32>,
+    pub attempt_count: Option<u32>,
+    /// Behind an `Arc`: most attempts state no envelope and share one empty value, and a
+    /// request's spans are held for seconds, so the 160 bytes inline would dominate them.
+    pub envelope: Arc<EnvelopeFields>,
+    /// The `retry_spend.envelope` JSON policy, when the span carries one.
+    pub envelope_json: Option<Arc<EnvelopeFields>>,
+    pub request_model: Option<String>,
+    pub response_model: Option<String>,
+    pub provider: Option<String>,
+    pub model_family: Option<String>,
+    pub input_tokens: Count,
+    pub cached_input_tokens: Count,
+    /// Tokens written to a provider cache: a subset of `input_tokens`.
+    pub cache_write_input_tokens: Count,
+    pub output_tokens: Count,
+    pub output_cap: Count,
+    pub output_reached_client: Option<bool>,
+    /// Declared attempts: `error.type`, else `_OTHER` when the status is ERROR. Model spans:
+    /// the try rule of SPEC §2 (an HTTP status of 400 or more before `_OTHER`).
+    pub error_type: Option<String>,
+    /// The span has `error.type` or status ERROR (inference's "failed").
+    pub failed: bool,
+    /// The span status is ERROR (a call span's "failed").
+    pub status_error: bool,
+    pub sdk_estimated_incremental_usd: Option<Decimal>,
+    pub sdk_remaining_envelope_usd: Option<Decimal>,
+    pub sdk_decision_reason: Option<String>,
+    /// Span and resource attributes an envelope policy matches on; empty unless read with
+    /// [`SpanFacts::from_span_with`] and keys.
+    pub captured: CapturedAttributes,
+    /// What an HTTP client try ([`SpanKind::HttpTry`]) tells inference; `None` on other spans.
+    pub http: Option<Box<HttpFacts>>,
+    /// The span carries `retry_spend.span.role`, `retry_spend.request.id` or
+    /// `retry_spend.attempt.index`: it and everything below it take no part in inference.
+    pub declared: bool,
+    /// The name of the instrumentation scope that emitted the span.
+    pub scope: Option<Arc<str>>,
+    /// `server.address`.
+    pub server_address: Option<String>,
+    /// `http.request.resend_count`; `None` when absent or not a non-negative int32.
+    pub resend_count: Option<i32>,
+    /// Set by inference: where `input_tokens` came from.
+    pub usage_origin: UsageOrigin,
+}
+
+impl Default for SpanFacts {
+    /// A passthrough span of no service with nothing read: a base for tests and tools.
+    fn default() -> Self {
+        FactsReader::new(Arc::from(attr::UNKNOWN_SERVICE)).facts
+    }
+}
+
+/// The HTTP attributes of a client try, read with the rest of the span.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpFacts {
+    /// `server.address`, else the host of `url.full` (legacy `http.url`).
+    pub host: Option<String>,
+    /// `http.response.status_code`, else the legacy `http.status_code`.
+    pub status_code: Option<i64>,
+    /// The `error.type` attribute itself (the span's `error_type` may be `_OTHER` from status).
+    pub error_type: Option<String>,
+    pub status_error: bool,
+}
+
+/// The attribute keys envelope policies name in `match.attributes`: the span reader keeps the
+/// values of these keys, and of no others.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttributeKeys(BTreeSet<String>);
+
+impl AttributeKeys {
+    /// No keys: nothing is captured.
+    pub const NONE: AttributeKeys = AttributeKeys(BTreeSet::new());
+
+    pub fn new(keys: impl IntoIterator<Item = String>) -> AttributeKeys {
+        AttributeKeys(keys.into_iter().collect())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.0.contains(key)
+    }
+}
+
+/// The attribute keys the loaded policies name, shared by the receivers (which read spans) and
+/// the collector (which replaces them when policies are reloaded).
+#[derive(Debug, Default)]
+pub struct SharedAttributeKeys(std::sync::RwLock<Arc<AttributeKeys>>);
+
+impl SharedAttributeKeys {
+    pub fn new(keys: AttributeKeys) -> Arc<SharedAttributeKeys> {
+        Arc::new(SharedAttributeKeys(std::sync::RwLock::new(Arc::new(keys))))
+    }
+
+    pub fn get(&self) -> Arc<AttributeKeys> {
+        // A poisoned lock still holds the last keys set, which are valid.
+        Arc::clone(&self.0.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub fn set(&self, keys: AttributeKeys) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(keys);
+    }
+}
+
+/// (key, value in string form) pairs of a span's and its resource's attributes whose key is one
+/// of the [`AttributeKeys`]. Empty (and unallocated) when no policy names an attribute.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CapturedAttributes(Vec<(String, String)>);
+
+impl CapturedAttributes {
+    /// Whether the span or its resource has `key` with this value in string form.
+    pub fn has(&self, key: &str, value: &str) -> bool {
+        self.0.iter().any(|(k, v)| k == key && v == value)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Values read back from a saved summary of a finished request.
+    pub fn from_pairs(pairs: Vec<(String, String)>) -> CapturedAttributes {
+        CapturedAttributes(pairs)
+    }
+
+    /// Estimated heap bytes of the kept values.
+    pub fn heap_bytes(&self) -> usize {
+        self.0.capacity() * std::mem::size_of::<(String, String)>()
+            + self
+                .0
+                .iter()
+                .map(|(k, v)| k.capacity() + v.capacity())
+                .sum::<usize>()
+    }
+
+    /// Keeps one attribute's value if a policy names its key.
+    pub fn capture_one(&mut self, key: &str, value: Option<ValueRef<'_>>, keys: &AttributeKeys) {
+        if keys.contains(key) {
+            if let Some(text) = value.and_then(string_form_of) {
+                self.0.push((key.to_owned(), text));
+            }
+        }
+    }
+
+    fn capture(&mut self, attributes: &[KeyValue], keys: &AttributeKeys) {
+        for KeyValue { key, value, .. } in attributes {
+            if !keys.contains(key) {
+                continue;
+            }
+            if let Some(text) = value
+                .as_ref()
+                .and_then(|v| v.value.as_ref())
+                .and_then(string_form)
+            {
+                self.0.push((key.clone(), text));
+            }
+        }
+    }
+}
+
+/// An attribute value as a policy compares it: strings as they are, ints in decimal, doubles in
+/// their shortest round-trip form, bools `true`/`false`; arrays, maps and bytes have none.
+pub fn string_form(value: &Value) -> Option<String> {
+    string_form_of(ValueRef::from(value))
+}
+
+pub fn string_form_of(value: ValueRef<'_>) -> Option<String> {
+    match value {
+        ValueRef::Str(s) => Some(s.to_owned()),
+        ValueRef::Int(i) => Some(i.to_string()),
+        ValueRef::Double(d) => Some(d.to_string()),
+        ValueRef::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+impl SpanFacts {
+    /// Reads one span like [`SpanFacts::from_span`], and also keeps the values of `keys` found
+    /// among its attributes and its resource's (for envelope policies' `match.attributes`).
+    pub fn from_span_with(
+        span: &Span,
+        service_name: &Arc<str>,
+        resource_attributes: &[KeyValue],
+        keys: &AttributeKeys,
+    ) -> SpanFacts {
+        let mut facts = SpanFacts::from_span(span, service_name);
+        if !keys.is_empty() {
+            facts.captured.capture(&span.attributes, keys);
+            facts.captured.capture(resource_attributes, keys);
+        }
+        facts
+    }
+
+    /// Reads one decoded span. `service_name` comes from the span's resource.
+    pub fn from_span(span: &Span, service_name: &Arc<str>) -> SpanFacts {
+        let mut reader = FactsReader::new(Arc::clone(service_name));
+        reader.ids(&span.trace_id, &span.span_id, &span.parent_span_id);
+        reader.times(span.start_time_unix_nano, span.end_time_unix_nano);
+        reader.otlp_kind(span.kind);
+        for KeyValue { key, value, .. } in &span.attributes {
+            let value = value.as_ref().and_then(|v| v.value.as_ref());
+            reader.attribute(key, value.map(ValueRef::from));
+        }
+        let status_error = span
+            .status
+            .as_ref()
+            .is_some_and(|s| s.code == StatusCode::Error as i32);
+        reader.finish(status_error)
+    }
+
+    /// Estimated bytes this span keeps alive while held: itself, its strings, and an envelope
+    /// of its own (the shared empty one costs nothing).
+    pub fn retained_bytes(&self) -> usize {
+        fn text(s: &Option<String>) -> usize {
+            s.as_ref().map_or(0, String::capacity)
+        }
+        fn envelope(e: &Arc<EnvelopeFields>) -> usize {
+            // An envelope many spans share (interned) is paid for once; count the unshared.
+            if (e.present || e.task_type.is_some()) && Arc::strong_count(e) <= 2 {
+                std::mem::size_of::<EnvelopeFields>() + 64
+            } else {
+                0
+            }
+        }
+        std::mem::size_of::<SpanFacts>()
+            + text(&self.request_id)
+            + text(&self.request_model)
+            + text(&self.response_model)
+            + text(&self.provider)
+            + text(&self.model_family)
+            + text(&self.error_type)
+            + text(&self.sdk_decision_reason)
+            + envelope(&self.envelope)
+            + self.envelope_json.as_ref().map_or(0, envelope)
+    }
+
+    /// Whether any source on this span names an envelope.
+    pub fn has_envelope(&self) -> bool {
+        self.envelope.present || self.envelope_json.as_ref().is_some_and(|j| j.present)
+    }
+}
+
+/// The compact facts of one HTTP client try ([`SpanKind::HttpTry`]): all that inference needs
+/// to make it an attempt of the GenAI span above it, so `serve` can hold many of them cheaply
+/// while it waits for that span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTry {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    pub parent_span_id: Option<SpanId>,
+    pub start_time_unix_nano: u64,
+    pub end_time_unix_nano: u64,
+    /// `http.request.resend_count`; `None` when absent or not a non-negative int32 (the
+    /// conventions omit it on the first try).
+    pub resend_count: Option<i32>,
+    /// `http.response.status_code`, else the legacy `http.status_code`.
+    pub status_code: Option<i64>,
+    /// The `error.type` attribute itself.
+    pub error_type: Option<String>,
+    /// The span status is ERROR.
+    pub status_error: bool,
+    /// `server.address`, else the host of `url.full` (legacy `http.url`).
+    pub host: Option<String>,
+}
+
+impl HttpTry {
+    /// The HTTP try `facts` describe; `None` unless it is one. (`span` is the span they were
+    /// read from; the reader already kept its HTTP attributes.)
+    pub fn read(_span: &Span, facts: &SpanFacts) -> Option<HttpTry> {
+        HttpTry::of(facts)
+    }
+
+    /// The HTTP try of a span read by either reader; `None` unless it is one.
+    pub fn of(facts: &SpanFacts) -> Option<HttpTry> {
+        let http = facts
+            .http
+            .as_deref()
+            .filter(|_| facts.kind == SpanKind::HttpTry)?;
+        Some(HttpTry {
+            trace_id: facts.trace_id,
+            span_id: facts.span_id,
+            parent_span_id: facts.parent_span_id,
+            start_time_unix_nano: facts.start_time_unix_nano,
+            end_time_unix_nano: facts.end_time_unix_nano,
+            resend_count: facts.resend_count,
+            status_code: http.status_code,
+            error_type: http.error_type.clone(),
+            status_error: http.status_error,
+            host: http.host.clone(),
+        })
+    }
+
+    /// The attempt's `error_type` (the try rule of SPEC §2).
+    pub fn attempt_error_type(&self) -> Option<String> {
+        try_error_type(self.error_type.clone(), self.status_code, self.status_error)
+    }
+}
+
+/// The try rule of SPEC §2: `error.type`, else an HTTP status of 400 or more, else `_OTHER`
+/// when the span status is ERROR.
+pub fn try_error_type(
+    error_type: Option<String>,
+    status_code: Option<i64>,
+    status_error: bool,
+) -> Option<String> {
+    error_type
+        .or_else(|| {
+            status_code
+                .filter(|code| *code >= 400)
+                .map(|code| code.to_string())
+        })
+        .or_else(|| status_error.then(|| attr::ERROR_TYPE_OTHER.to_owned()))
+}
+
+/// The host of a URL (`https://api.example.com:443/v1` → `api.example.com`), without parsing
+/// more than that.
+fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split_once(']').map(|(h, _)| h)?
+    } else {
+        host_port.split(':').next()?
+    };
+    (!host.is_empty()).then(|| host.to_owned())
+}
+
+/// An instrumentation scope's name as spans share it; `None` when empty.
+pub fn scope_name(name: Option<&str>) -> Option<Arc<str>> {
+    name.filter(|n| !n.is_empty()).map(Arc::from)
+}
+
+/// Trace and span ids back from the hex a row holds them in.
+pub fn ids_from_hex(trace_id: &str, span_id: &str) -> Option<(TraceId, SpanId)> {
+    let mut trace = [0u8; 16];
+    let mut span = [0u8; 8];
+    hex::decode_to_slice(trace_id, &mut trace).ok()?;
+    hex::decode_to_slice(span_id, &mut span).ok()?;
+    Some((trace, span))
+}
+
+/// The service name of a resource's attributes, `unknown_service` when it has none.
+pub fn service_name(resource_attributes: &[KeyValue]) -> Arc<str> {
+    resource_attributes
+        .iter()
+        .find(|kv| kv.key == attr::SERVICE_NAME)
+        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+        .and_then(|value| string(ValueRef::from(value)))
+        .map_or_else(|| Arc::from(attr::UNKNOWN_SERVICE), Arc::from)
+}
+
+fn is_envelope_key(key: &str) -> bool {
+    matches!(
+        key,
+        attr::PRICING_SOURCE
+            | attr::PRICING_CHECKED_AT
+            | attr::PRICING_VERSION
+            | attr::BILLING_GROUP
+            | attr::MAX_INCREMENTAL_USD
+            | attr::MAX_ATTEMPTS_AFTER_FIRST
+            | attr::ALLOW_FAMILY_FALLBACK
+            | attr::ALLOWED_FALLBACK_FAMILIES
+            | attr::REPLAY_SAFE
+            | attr::ENVELOPE_JSON
+    )
+}
+
+/// Reads a flat envelope attribute; returns whether `key` is one (present even if unparseable).
+fn read_flat_envelope_field(env: &mut EnvelopeFields, key: &str, value: ValueRef<'_>) -> bool {
+    match key {
+        attr::PRICING_SOURCE => env.pricing_source = string(value),
+        attr::PRICING_CHECKED_AT => {
+            env.pricing_checked_at = string(value).as_deref().and_then(parse_date)
+        }
+        attr::PRICING_VERSION => env.pricing_version = string(value),
+        attr::BILLING_GROUP => env.billing_group = string(value),
+        attr::MAX_INCREMENTAL_USD => env.max_incremental_usd = money(value),
+        attr::MAX_ATTEMPTS_AFTER_FIRST => env.max_attempts_after_first = small_int(int(value)),
+        attr::ALLOW_FAMILY_FALLBACK => env.allow_family_fallback = boolean(value),
+        attr::ALLOWED_FALLBACK_FAMILIES => env.allowed_fallback_families = string_array(value),
+        attr::REPLAY_SAFE => env.replay_safe = boolean(value),
+        _ => return false,
+    }
+    true
+}
+
+fn id_or_zero<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    <[u8; N]>::try_from(bytes).unwrap_or([0; N])
+}
+
+/// An attribute value as either reader sees it: borrowed from a decoded span, or straight from
+/// the protobuf bytes, so both readers share one interpretation of the contract.
+#[derive(Debug, Clone, Copy)]
+pub enum ValueRef<'a> {
+    Str(&'a str),
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+    Array(ArrayRef<'a>),
+    /// Bytes, key-value lists, or a value of no known kind.
+    Other,
+}
+
+/// The items of an array value, not yet read.
+#[derive(Debug, Clone, Copy)]
+pub enum ArrayRef<'a> {
+    Decoded(&'a [AnyValue]),
+    /// The encoded `ArrayValue` message.
+    Wire(&'a [u8]),
+}
+
+impl<'a> From<&'a Value> for ValueRef<'a> {
+    fn from(value: &'a Value) -> Self {
+        match value {
+            Value::StringValue(s) => ValueRef::Str(s),
+            Value::BoolValue(b) => ValueRef::Bool(*b),
+            Value::IntValue(i) => ValueRef::Int(*i),
+            Value::DoubleValue(d) => ValueRef::Double(*d),
+            Value::ArrayValue(a) => ValueRef::Array(ArrayRef::Decoded(&a.values)),
+            _ => ValueRef::Other,
+        }
+    }
+}
+
+/// Builds [`SpanFacts`] one field at a time, in whatever order the fields come.
+pub struct FactsReader {
+    facts: SpanFacts,
+    role: Option<String>,
+    has_role: bool,
+    has_request_id: bool,
+    has_index: bool,
+    has_http_method: bool,
+    otlp_kind: i32,
+    http: HttpFacts,
+    legacy_status_code: Option<i64>,
+    env: EnvelopeFields,
+    // Legacy names only fill in what the current name left empty, whatever the order.
+    legacy_system: Option<String>,
+    legacy_input: Count,
+    legacy_cached: Count,
+    legacy_output: Count,
+    legacy_cache_write: Count,
+    ai_cached: Count,
+    ai_cache_read: Count,
+    /// `url.full`, else the legacy `http.url`: a try's host when it has no `server.address`.
+    url: Option<String>,
+    /// `gen_ai.operation.name`: whether a GenAI span is a model span.
+    operation: Option<String>,
+    /// `ai.operationId`: whether the span is a Vercel AI SDK call span.
+    ai_operation: Option<String>,
+}
+
+impl FactsReader {
+    pub fn new(service_name: Arc<str>) -> FactsReader {
+        FactsReader {
+            facts: SpanFacts {
+                trace_id: [0; 16],
+                span_id: [0; 8],
+                parent_span_id: None,
+                service_name,
+                start_time_unix_nano: 0,
+                end_time_unix_nano: 0,
+                kind: SpanKind::Passthrough,
+                request_id: None,
+                attempt_index: None,
+                attempt_count: None,
+                envelope: EnvelopeFields::empty(),
+                envelope_json: None,
+                request_model: None,
+                response_model: None,
+                provider: None,
+                model_family: None,
+                input_tokens: Count::Missing,
+                cached_input_tokens: Count::Missing,
+                cache_write_input_tokens: Count::Missing,
+                output_tokens: Count::Missing,
+                output_cap: Count::Missing,
+                output_reached_client: None,
+                error_type: None,
+                failed: false,
+                status_error: false,
+                sdk_estimated_incremental_usd: None,
+                sdk_remaining_envelope_usd: None,
+                sdk_decision_reason: None,
+                captured: CapturedAttributes::default(),
+                http: None,
+                declared: false,
+                scope: None,
+                server_address: None,
+                resend_count: None,
+                usage_origin: UsageOrigin::Span,
+            },
+            role: None,
+            has_role: false,
+            has_request_id: false,
+            has_index: false,
+            has_http_method: false,
+            otlp_kind: 0,
+            http: HttpFacts::default(),
+            legacy_status_code: None,
+            env: EnvelopeFields::default(),
+            legacy_system: None,
+            legacy_input: Count::Missing,
+            legacy_cached: Count::Missing,
+            legacy_output: Count::Missing,
+            legacy_cache_write: Count::Missing,
+            ai_cached: Count::Missing,
+            ai_cache_read: Count::Missing,
+            url: None,
+            operation: None,
+            ai_operation: None,
+        }
+    }
+
+    pub fn ids(&mut self, trace_id: &[u8], span_id: &[u8], parent_span_id: &[u8]) {
+        self.trace_id(trace_id);
+        self.span_id(span_id);
+        self.parent_span_id(parent_span_id);
+    }
+
+    pub fn trace_id(&mut self, id: &[u8]) {
+        self.facts.trace_id = id_or_zero(id);
+    }
+
+    pub fn span_id(&mut self, id: &[u8]) {
+        self.facts.span_id = id_or_zero(id);
+    }
+
+    pub fn parent_span_id(&mut self, id: &[u8]) {
+        self.facts.parent_span_id = (id.len() == 8)
+            .then(|| id_or_zero(id))
+            .filter(|id| *id != [0; 8]);
+    }
+
+    /// The OTLP span kind (CLIENT is 3).
+    pub fn otlp_kind(&mut self, kind: i32) {
+        self.otlp_kind = kind;
+    }
+
+    pub fn times(&mut self, start: u64, end: u64) {
+        self.start_time(start);
+        self.end_time(end);
+    }
+
+    pub fn start_time(&mut self, nanos: u64) {
+        self.facts.start_time_unix_nano = nanos;
+    }
+
+    pub fn end_time(&mut self, nanos: u64) {
+        self.facts.end_time_unix_nano = nanos;
+    }
+
+    /// One attribute; `None` when the attribute has no value.
+    pub fn attribute(&mut self, key: &str, value: Option<ValueRef<'_>>) {
+        let Some(value) = value else {
+            if is_envelope_key(key) {
+                self.env.present = true;
+            }
+            return;
+        };
+        let facts = &mut self.facts;
+        let env = &mut self.env;
+        match key {
+            attr::SPAN_ROLE => {
+                self.has_role = true;
+                self.role = string(value);
+            }
+            attr::REQUEST_ID => {
+                self.has_request_id = true;
+                facts.request_id = request_id(value);
+            }
+            attr::HTTP_REQUEST_METHOD | attr::LEGACY_HTTP_METHOD => self.has_http_method = true,
+            attr::HTTP_RESEND_COUNT => {
+                facts.resend_count = int(value)
+                    .value()
+                    .and_then(|c| i32::try_from(c).ok())
+                    .filter(|c| *c >= 0);
+            }
+            attr::HTTP_RESPONSE_STATUS_CODE => self.http.status_code = int(value).value(),
+            attr::LEGACY_HTTP_STATUS_CODE => self.legacy_status_code = int(value).value(),
+            attr::SERVER_ADDRESS => facts.server_address = string(value),
+            attr::URL_FULL => self.url = string(value),
+            attr::LEGACY_HTTP_URL => {
+                if self.url.is_none() {
+                    self.url = string(value);
+                }
+            }
+            attr::OPERATION_NAME => self.operation = string(value),
+            attr::AI_OPERATION_ID => self.ai_operation = string(value),
+            attr::CACHE_CREATION_INPUT_TOKENS => facts.cache_write_input_tokens = int(value),
+            attr::LEGACY_CACHE_CREATION_INPUT_TOKENS => self.legacy_cache_write = int(value),
+            attr::AI_CACHED_INPUT_TOKENS => self.ai_cached = int(value),
+            attr::AI_CACHE_READ_TOKENS => self.ai_cache_read = int(value),
+            attr::ASSUMED_OUTPUT_CAP => env.assumed_output_cap = int(value).value(),
+            attr::ATTEMPT_INDEX => {
+                self.has_index = true;
+                facts.attempt_index = int(value)
+                    .value()
+                    .and_then(|i| i32::try_from(i).ok())
+                    .filter(|i| *i >= 0);
+            }
+            attr::ATTEMPT_COUNT => {
+                facts.attempt_count = int(value)
+                    .value()
+                    .and_then(|c| u32::try_from(c).ok())
+                    .filter(|c| *c > 0);
+            }
+            attr::ATTEMPT_MODEL_FAMILY => facts.model_family = string(value),
+            attr::OUTPUT_REACHED_CLIENT => facts.output_reached_client = boolean(value),
+            attr::REQUEST_MODEL => facts.request_model = string(value),
+            attr::RESPONSE_MODEL => facts.response_model = string(value),
+            attr::PROVIDER_NAME => facts.provider = string(value),
+            attr::LEGACY_SYSTEM => self.legacy_system = string(value),
+            attr::INPUT_TOKENS => facts.input_tokens = int(value),
+            attr::LEGACY_PROMPT_TOKENS => self.legacy_input = int(value),
+            attr::CACHE_READ_INPUT_TOKENS => facts.cached_input_tokens = int(value),
+            attr::LEGACY_CACHE_READ_INPUT_TOKENS => self.legacy_cached = int(value),
+            attr::OUTPUT_TOKENS => facts.output_tokens = int(value),
+            attr::LEGACY_COMPLETION_TOKENS => self.legacy_output = int(value),
+            attr::REQUEST_MAX_TOKENS => facts.output_cap = int(value),
+            attr::ERROR_TYPE => facts.error_type = string(value),
+            attr::SDK_ESTIMATED_INCREMENTAL_USD => {
+                facts.sdk_estimated_incremental_usd = money(value)
+            }
+            attr::SDK_REMAINING_ENVELOPE_USD => facts.sdk_remaining_envelope_usd = money(value),
+            attr::SDK_DECISION_REASON => facts.sdk_decision_reason = string(value),
+            attr::TASK_TYPE => env.task_type = string(value),
+            attr::ENVELOPE_JSON => {
+                facts.envelope_json = Some(Arc::new(match value {
+                    ValueRef::Str(json) => parse_envelope_json(json),
+                    _ => EnvelopeFields {
+                        present: true,
+                        json_invalid: true,
+                        ..Default::default()
+                    },
+                }));
+            }
+            key => {
+                if read_flat_envelope_field(env, key, value) {
+                    env.present = true;
+                }
+            }
+        }
+    }
+
+    /// Policy attributes of the span and its resource (see [`CapturedAttributes`]).
+    pub fn captured(&mut self) -> &mut CapturedAttributes {
+        &mut self.facts.captured
+    }
+
+    pub fn finish(self, status_error: bool) -> SpanFacts {
+        let FactsReader {
+            mut facts,
+            role,
+            has_role,
+            has_request_id,
+            has_index,
+            has_http_method,
+            otlp_kind,
+            mut http,
+            legacy_status_code,
+            env,
+            legacy_system,
+            legacy_input,
+            legacy_cached,
+            legacy_output,
+            legacy_cache_write,
+            ai_cached,
+            ai_cache_read,
+            url,
+            operation,
+            ai_operation,
+        } = self;
+        if env != EnvelopeFields::default() {
+            facts.envelope = intern_envelope(env);
+        }
+        facts.provider = facts.provider.or(legacy_system);
+        if facts.input_tokens == Count::Missing {
+            facts.input_tokens = legacy_input;
+        }
+        for fallback in [legacy_cached, ai_cached, ai_cache_read] {
+            if facts.cached_input_tokens == Count::Missing {
+                facts.cached_input_tokens = fallback;
+            }
+        }
+        if facts.cache_write_input_tokens == Count::Missing {
+            facts.cache_write_input_tokens = legacy_cache_write;
+        }
+        if facts.output_tokens == Count::Missing {
+            facts.output_tokens = legacy_output;
+        }
+        let error_type_attribute = facts.error_type.clone();
+        facts.failed = error_type_attribute.is_some() || status_error;
+        facts.status_error = status_error;
+        facts.declared = has_role || has_request_id || has_index;
+        let status_code = http.status_code.or(legacy_status_code);
+        let genai = facts.request_model.is_some();
+        let model_operation = operation
+            .as_deref()
+            .is_none_or(|op| attr::MODEL_OPERATIONS.contains(&op));
+        let call_span = ai_operation
+            .as_deref()
+            .is_some_and(|op| attr::CALL_OPERATIONS.contains(&op));
+        facts.kind = match role.as_deref() {
+            Some(attr::ROLE_LOGICAL_REQUEST) => SpanKind::LogicalRequest,
+            Some(attr::ROLE_ATTEMPT) => SpanKind::Attempt,
+            _ if has_index => SpanKind::Attempt,
+            _ if genai && facts.request_id.is_some() => SpanKind::Attempt,
+            _ if genai && (has_role || has_request_id) => SpanKind::DeclaredSingle,
+            _ if facts.declared => SpanKind::Passthrough,
+            _ if call_span => SpanKind::CallSpan,
+            _ if genai && model_operation => SpanKind::SingleAttempt,
+            _ if genai => SpanKind::Passthrough,
+            _ if has_http_method && otlp_kind == OtlpSpanKind::Client as i32 => SpanKind::HttpTry,
+            _ => SpanKind::Passthrough,
+        };
+        facts.error_type = match facts.kind {
+            // Inference's try rule, applied to the outer span of a call.
+            SpanKind::SingleAttempt | SpanKind::CallSpan => {
+                try_error_type(error_type_attribute.clone(), status_code, status_error)
+            }
+            _ => error_type_attribute
+                .clone()
+                .or_else(|| status_error.then(|| attr::ERROR_TYPE_OTHER.to_owned())),
+        };
+        if facts.kind == SpanKind::HttpTry {
+            http.status_code = status_code;
+            http.status_error = status_error;
+            http.error_type = error_type_attribute;
+            http.host = facts
+                .server_address
+                .clone()
+                .or_else(|| url.as_deref().and_then(url_host));
+            facts.http = Some(Box::new(http));
+        }
+        facts
+    }
+}
+
+/// A non-empty string value; other types count as missing.
+fn string(value: ValueRef<'_>) -> Option<String> {
+    match value {
+        ValueRef::Str(s) if !s.is_empty() => Some(s.to_owned()),
+        _ => None,
+    }
+}
+
+/// Request ids are strings, but an SDK that writes an integer id means the same thing.
+fn request_id(value: ValueRef<'_>) -> Option<String> {
+    match value {
+        ValueRef::Int(i) => Some(i.to_string()),
+        other => string(other),
+    }
+}
+
+fn boolean(value: ValueRef<'_>) -> Option<bool> {
+    match value {
+        ValueRef::Bool(b) => Some(b),
+        _ => None,
+    }
+}
+
+/// A string array, as a sorted set: `["qwen","glm"]` and `["glm","qwen"]` are one policy.
+fn string_array(value: ValueRef<'_>) -> Option<Vec<String>> {
+    let items: Option<Vec<String>> = match value {
+        ValueRef::Array(ArrayRef::Decoded(values)) => values
+            .iter()
+            .map(|v| match &v.value {
+                Some(Value::StringValue(s)) => Some(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        ValueRef::Array(ArrayRef::Wire(bytes)) => wire::array_strings(bytes),
+        _ => None,
+    };
+    items.map(as_set)
+}
+
+fn as_set(mut items: Vec<String>) -> Vec<String> {
+    items.sort();
+    items.dedup();
+    items
+}
+
+fn small_int(count: Count) -> Option<i32> {
+    count.value().and_then(|v| i32::try_from(v).ok())
+}
+
+/// An integer from an int, an integral double, or an integral decimal string.
+pub fn int(value: ValueRef<'_>) -> Count {
+    match value {
+        ValueRef::Int(i) => Count::Value(i),
+        ValueRef::Double(d) => int_from_decimal(double_to_decimal(d)),
+        ValueRef::Str(s) => int_from_decimal(parse_lenient_decimal(s)),
+        _ => Count::Missing,
+    }
+}
+
+fn int_from_decimal(d: Option<Decimal>) -> Count {
+    match d {
+        Some(d) if d.fract().is_zero() => i64::try_from(d).map_or(Count::OutOfRange, Count::Value),
+        _ => Count::Missing,
+    }
+}
+
+/// Money from an int, a double (through its shortest decimal form), or a decimal string,
+/// rounded half-even to the 18 places the Parquet columns hold.
+pub fn money(value: ValueRef<'_>) -> Option<Decimal> {
+    let d = match value {
+        ValueRef::Int(i) => Some(Decimal::from(i)),
+        ValueRef::Double(d) => double_to_decimal(d),
+        ValueRef::Str(s) => parse_lenient_decimal(s),
+        _ => None,
+    }?;
+    Some(round_money(d))
+}
+
+pub fn round_money(d: Decimal) -> Decimal {
+    d.round_dp_with_strategy(18, RoundingStrategy::MidpointNearestEven)
+}
+
+fn double_to_decimal(d: f64) -> Option<Decimal> {
+    if !d.is_finite() {
+        return None;
+    }
+    // Display prints the shortest representation that round-trips, so 0.015 reads as 0.015.
+    parse_lenient_decimal(&d.to_string())
+}
+
+/// A decimal in plain or scientific notation; excess fractional digits are rounded.
+fn parse_lenient_decimal(text: &str) -> Option<Decimal> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if text.contains(['e', 'E']) {
+        Decimal::from_scientific(text).ok()
+    } else {
+        Decimal::from_str(text).ok()
+    }
+}
+
+/// Reads the seed's JSON policy: `{"retry_spend_envelope": {...}}` or the inner object.
+pub fn parse_envelope_json(json: &str) -> EnvelopeFields {
+    let invalid = EnvelopeFields {
+        present: true,
+        json_invalid: true,
+        ..Default::default()
+    };
+    type Object<'a> = std::collections::HashMap<String, &'a RawValue>;
+    let Ok(outer) = serde_json::from_str::<Object<'_>>(json) else {
+        return invalid;
+    };
+    let inner_raw = outer.get("retry_spend_envelope").map(|raw| raw.get());
+    let object = match inner_raw {
+        Some(inner) => match serde_json::from_str::<Object<'_>>(inner) {
+            Ok(inner) => inner,
+            Err(_) => return invalid,
+        },
+        None => outer,
+    };
+
+    let mut env = EnvelopeFields {
+        present: true,
+        ..Default::default()
+    };
+    let text = |key: &str| {
+        object
+            .get(key)
+            .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+            .filter(|s| !s.is_empty())
+    };
+    let number = |key: &str| object.get(key).and_then(|raw| json_number(raw));
+    let flag = |key: &str| {
+        object
+            .get(key)
+            .and_then(|raw| serde_json::from_str::<bool>(raw.get()).ok())
+    };
+
+    env.pricing_source = text("pricing_source");
+    env.pricing_checked_at = text("pricing_checked_at").as_deref().and_then(parse_date);
+    env.pricing_version = text("pricing_version");
+    env.billing_group = text("billing_group");
+    env.max_incremental_usd = number("max_incremental_usd").map(round_money);
+    env.max_attempts_after_first = number("max_attempts_after_first")
+        .filter(|d| d.fract().is_zero())
+        .and_then(|d| i32::try_from(d).ok());
+    env.allow_family_fallback = flag("allow_family_fallback");
+    env.allowed_fallback_families = object
+        .get("allowed_fallback_families")
+        .and_then(|raw| serde_json::from_str::<Vec<String>>(raw.get()).ok())
+        .map(as_set);
+    env.replay_safe = flag("replay_safe");
+    env.assumed_output_cap = number("assumed_output_cap")
+        .filter(|d| d.fract().is_zero())
+        .and_then(|d| i64::try_from(d).ok());
+    env.task_type = text("task_type");
+    env
+}
+
+/// A JSON number read from its literal text (exact), or a decimal string.
+fn json_number(raw: &RawValue) -> Option<Decimal> {
+    let text = raw.get();
+    if text.starts_with('"') {
+        serde_json::from_str::<String>(text)
+            .ok()
+            .as_deref()
+            .and_then(parse_lenient_decimal)
+    } else if text.starts_with(['-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9']) {
+        parse_lenient_decimal(text)
+    } else {
+        None
+    }
+}
+
+/// Helper for tests and tools: an OTLP attribute.
+pub fn kv(key: &str, value: Value) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+/// Spans read for no policy keep no attributes.
+pub static NO_KEYS: AttributeKeys = AttributeKeys::NONE;
+
+/// Every span of an export request with its resource's service name, read into facts.
+pub fn span_facts(request: &ExportTraceServiceRequest) -> impl Iterator<Item = SpanFacts> + '_ {
+    span_facts_with(request, &NO_KEYS)
+}
+
+/// [`span_facts`], keeping the values of `keys` for envelope policies.
+pub fn span_facts_with<'a>(
+    request: &'a ExportTraceServiceRequest,
+    keys: &'a AttributeKeys,
+) -> impl Iterator<Item = SpanFacts> + 'a {
+    request
+        .resource_spans
+        .iter()
+        .flat_map(move |resource_spans| {
+            let resource = resource_spans
+                .resource
+                .as_ref()
+                .map_or(&[][..], |r| r.attributes.as_slice());
+            let service = service_name(resource);
+            resource_spans
+                .scope_spans
+                .iter()
+                .flat_map(move |scope_spans| {
+                    let scope = scope_name(scope_spans.scope.as_ref().map(|s| s.name.as_str()));
+                    let service = Arc::clone(&service);
+                    scope_spans.spans.iter().map(move |span| {
+                        let mut facts = SpanFacts::from_span_with(span, &service, resource, keys);
+                        facts.scope = scope.clone();
+                        facts
+                    })
+                })
+        })
+}
+
+#[cfg(test)]
+mod tests;

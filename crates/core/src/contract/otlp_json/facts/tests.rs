@@ -1,0 +1,250 @@
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use crate::contract::otlp_json::{read_decoded, read_direct, read_facts};
+use crate::contract::{attr, AttributeKeys};
+
+/// The direct reader, where it reads a line, gives the decoded path's facts; with the fallback
+/// every line gives the decoded path's facts or its error.
+fn assert_agree(line: &[u8], keys: &AttributeKeys) -> Result<(), TestCaseError> {
+    let decoded = read_decoded(line, keys).map_err(|e| e.to_string());
+    if let Some(direct) = read_direct(line, keys) {
+        prop_assert_eq!(
+            Ok(&direct),
+            decoded.as_ref(),
+            "{}",
+            String::from_utf8_lossy(line)
+        );
+    }
+    prop_assert_eq!(read_facts(line, keys).map_err(|e| e.to_string()), decoded);
+    Ok(())
+}
+
+fn policy_keys() -> AttributeKeys {
+    AttributeKeys::new(
+        [
+            "unrelated.key",
+            attr::TASK_TYPE,
+            "host.name",
+            attr::REQUEST_MODEL,
+        ]
+        .map(String::from),
+    )
+}
+
+/// Rewrites a serialised request into the other forms exporters write, chosen by `choices`:
+/// enum names, `intValue` as a number, `doubleValue` as a string, times as numbers, unknown
+/// fields, keys in another order.
+fn vary(value: &mut Value, choices: &mut impl FnMut() -> u8) {
+    match value {
+        Value::Object(object) => {
+            // Mostly no bytes values, which the direct reader leaves to the decoded path.
+            if object.contains_key("bytesValue") && !choices().is_multiple_of(32) {
+                object.remove("bytesValue");
+                object.insert("stringValue".into(), json!("b"));
+            }
+            for (key, item) in object.iter_mut() {
+                let choice = choices();
+                match (key.as_str(), &*item) {
+                    ("kind", Value::Number(n)) if choice.is_multiple_of(2) => {
+                        if let Some(name) =
+                            n.as_u64().and_then(|i| super::SPAN_KINDS.get(i as usize))
+                        {
+                            *item = json!(name);
+                        }
+                    }
+                    ("code", Value::Number(n)) if choice.is_multiple_of(2) => {
+                        if let Some(name) =
+                            n.as_u64().and_then(|i| super::STATUS_CODES.get(i as usize))
+                        {
+                            *item = json!(name);
+                        }
+                    }
+                    ("intValue", Value::String(s)) if choice.is_multiple_of(2) => {
+                        if let Ok(i) = s.parse::<i64>() {
+                            *item = json!(i);
+                        }
+                    }
+                    ("doubleValue", Value::Number(n)) if choice.is_multiple_of(3) => {
+                        *item = json!(format!(" {n} "));
+                    }
+                    // Mostly well-formed ids, so that most lines are read directly; the rest
+                    // check the fallback.
+                    ("traceId", Value::String(s))
+                        if s.len() != 32 && !choice.is_multiple_of(32) =>
+                    {
+                        *item = json!(format!("{:032x}", u128::from(choice) + 1));
+                    }
+                    ("spanId" | "parentSpanId", Value::String(s))
+                        if s.len() != 16 && !choice.is_multiple_of(32) =>
+                    {
+                        *item = json!(format!("{:016x}", u64::from(choice) + 1));
+                    }
+                    ("startTimeUnixNano" | "endTimeUnixNano", Value::String(s))
+                        if choice.is_multiple_of(2) =>
+                    {
+                        if let Ok(t) = s.parse::<u64>() {
+                            *item = json!(t);
+                        }
+                    }
+                    _ => vary(item, choices),
+                }
+            }
+            if choices().is_multiple_of(5) {
+                object.insert(
+                    "someFutureField".into(),
+                    json!({"nested": [1, "two", null]}),
+                );
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| vary(item, choices)),
+        _ => {}
+    }
+}
+
+fn varied_line(
+    request: &opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+    seed: u64,
+) -> String {
+    let mut value = serde_json::to_value(request).expect("serialisable");
+    let mut state = seed | 1;
+    vary(&mut value, &mut || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 32) as u8
+    });
+    value.to_string()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn the_direct_json_reader_reads_what_the_decoded_path_reads(
+        request in crate::contract::wire::tests::request(),
+        seed in any::<u64>(),
+    ) {
+        let line = varied_line(&request, seed);
+        assert_agree(line.as_bytes(), &AttributeKeys::NONE)?;
+        assert_agree(line.as_bytes(), &policy_keys())?;
+    }
+
+    #[test]
+    fn mangled_lines_give_the_decoded_paths_error_or_facts(
+        request in crate::contract::wire::tests::request(),
+        cut in any::<prop::sample::Index>(),
+        flip in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+    ) {
+        let mut line = serde_json::to_vec(&request).expect("serialisable");
+        let i = flip.index(line.len());
+        line[i] = byte;
+        if cut.index(4) == 0 {
+            line.truncate(cut.index(line.len()));
+        }
+        assert_agree(&line, &AttributeKeys::NONE)?;
+    }
+}
+
+#[test]
+fn fixtures_are_read_directly_with_the_decoded_paths_facts() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("examples/retries.jsonl")];
+    for dir in ["tests/fixtures", "tests/fixtures/instrumented"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "jsonl") {
+                files.push(entry.path());
+            }
+        }
+    }
+    let mut lines = 0;
+    for file in files {
+        for line in std::fs::read_to_string(&file).unwrap().lines() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            lines += 1;
+            for keys in [AttributeKeys::NONE, policy_keys()] {
+                let direct = read_direct(line.as_bytes(), &keys);
+                assert!(
+                    direct.is_some(),
+                    "{} is read directly: {line}",
+                    file.display()
+                );
+                assert_eq!(
+                    direct.unwrap(),
+                    read_decoded(line.as_bytes(), &keys).unwrap()
+                );
+            }
+        }
+    }
+    assert!(lines > 20);
+}
+
+#[test]
+fn unusual_forms_fall_back_to_the_decoded_path() {
+    let span = |extra: &str| {
+        format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708"{extra}}}]}}]}}]}}"#
+        )
+    };
+    for extra in [
+        r#","spanId":"0102030405060709""#,
+        r#","parentSpanId":"0x01020304050607""#,
+        r#","attributes":[{"key":"a","value":{"stringValue":"x","intValue":"3"}}]"#,
+        r#","attributes":[{"key":"a","value":{"bytesValue":"AQID"}}]"#,
+    ] {
+        let line = span(extra);
+        assert!(
+            read_direct(line.as_bytes(), &AttributeKeys::NONE).is_none(),
+            "{line}"
+        );
+        assert_eq!(
+            read_facts(line.as_bytes(), &AttributeKeys::NONE).map_err(|e| e.to_string()),
+            read_decoded(line.as_bytes(), &AttributeKeys::NONE).map_err(|e| e.to_string()),
+        );
+    }
+    let bad = span(r#","kind":"SPAN_KIND_NONE""#);
+    assert!(read_facts(bad.as_bytes(), &AttributeKeys::NONE).is_err());
+}
+
+#[test]
+fn a_resource_after_its_spans_still_names_their_service() {
+    let line = r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","attributes":[{"key":"gen_ai.request.model","value":{"stringValue":"glm-5"}}]}]}],"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"late"}},{"key":"service.name","value":{"stringValue":"second"}}]}}]}"#;
+    let spans = read_direct(line.as_bytes(), &AttributeKeys::NONE).unwrap();
+    assert_eq!(&*spans[0].service_name, "late");
+    assert_eq!(
+        spans,
+        read_decoded(line.as_bytes(), &AttributeKeys::NONE).unwrap()
+    );
+}
+
+/// The property above means something only if the direct reader reads most random lines
+/// itself rather than handing them to the decoded path.
+#[test]
+fn most_random_lines_are_read_directly() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = crate::contract::wire::tests::request();
+    let (mut direct, mut spans) = (0, 0);
+    for seed in 0..300 {
+        let request = strategy.new_tree(&mut runner).unwrap().current();
+        let line = varied_line(&request, seed);
+        let line = line.as_bytes();
+        let n: usize = request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        spans += n;
+        if let Some(read) = read_direct(line, &AttributeKeys::NONE) {
+            direct += read.len();
+        }
+    }
+    assert!(
+        direct * 2 > spans,
+        "{direct} of {spans} spans read directly"
+    );
+}
