@@ -302,7 +302,11 @@ fn every_flag_of_help_is_in_the_commands_reference_with_its_env_and_default() {
     let config_keys = config_keys();
     let mut problems: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let commands = commands();
-    assert!(commands.len() >= 8, "too few commands found: {commands:?}");
+    let options: usize = commands.iter().map(|c| c.options.len()).sum();
+    assert!(
+        commands.len() >= 8 && options > 40,
+        "the help did not read as expected: {commands:?}"
+    );
     for command in &commands {
         let mut say = |p: String| problems.entry(command.path.clone()).or_default().push(p);
         let Some(section) = sections
@@ -601,7 +605,9 @@ fn the_contents_name_every_section_and_page() {
         .find(|p| p.starts_with("Contents:"))
         .expect("README has a Contents: paragraph");
     let listed: BTreeSet<String> = link_targets(contents).into_iter().collect();
-    let mut missing: Vec<String> = anchors(&readme_sections(&readme))
+    let sections = anchors(&readme_sections(&readme));
+    assert!(sections.len() > 5, "README's sections: {sections:?}");
+    let mut missing: Vec<String> = sections
         .into_iter()
         .map(|a| format!("#{a}"))
         .filter(|a| !listed.contains(a))
