@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::child::{request, signal, start};
+use common::replay::Replay;
 use common::{read_table, temporary_files};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::SpanExporter as _;
@@ -209,20 +210,7 @@ async fn inferred_rows_in_a_file_completed_before_a_crash_are_not_written_again(
                 retry_spend_collector::contract::otlp_json::parse_request(line.as_bytes()).unwrap();
             client.export(request).await.unwrap();
         }
-        let replayed = tempfile::tempdir().unwrap();
-        let status = std::process::Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-            .args([
-                "replay",
-                "--pricing",
-                common::collector::PRICING,
-                "--output",
-            ])
-            .arg(replayed.path())
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(status.status.success());
-        expected_rows += read_table(replayed.path()).1.len();
+        expected_rows += Replay::new().input(&path).rows().len();
     }
     let status = tokio::task::spawn_blocking(move || collector.child.wait())
         .await

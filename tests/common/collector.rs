@@ -1,21 +1,17 @@
 //! The in-process collector on ephemeral loopback ports, and the example spans it is fed.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use retry_spend_collector::config::Config;
-use retry_spend_collector::pipeline::Engine;
-use retry_spend_collector::pricing::PricingBook;
-use retry_spend_collector::replay::{replay, ReplayOptions};
-use retry_spend_collector::rules::RulesConfig;
 use retry_spend_collector::service::{start, Collector};
 
 use super::{read_table, temporary_files, Row};
 
 pub const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
-pub const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
+pub use super::child::PRICING;
 /// Spans in the example file, and the attempt rows they make.
 pub const EXAMPLE_SPANS: usize = 37;
 pub const EXAMPLE_ROWS: usize = 25;
@@ -42,21 +38,7 @@ pub fn example_requests() -> Vec<ExportTraceServiceRequest> {
 
 /// What `replay` writes for the example: the rows every transport must reproduce.
 pub fn replayed_rows() -> Vec<Row> {
-    let out = tempfile::tempdir().unwrap();
-    let engine = Engine {
-        book: PricingBook::load_dir(Path::new(PRICING)).unwrap(),
-        rules: RulesConfig::default(),
-        policies: Default::default(),
-    };
-    replay(
-        &[PathBuf::from(EXAMPLE)],
-        &engine,
-        out.path(),
-        ReplayOptions::default(),
-        |_| {},
-    )
-    .unwrap();
-    read_table(out.path()).1
+    super::replay::Replay::example().rows()
 }
 
 /// Stops the collector cleanly and reads back what it wrote.

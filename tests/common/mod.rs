@@ -169,9 +169,11 @@ pub fn usd(rendered: &str) -> String {
 }
 pub mod child;
 pub mod collector;
+pub mod feed;
 pub mod otel;
 pub mod plain;
 pub mod python;
+pub mod replay;
 pub mod s3;
 pub mod secure;
 pub mod spans;
