@@ -234,17 +234,28 @@ struct TinyDisk {
 }
 
 impl TinyDisk {
-    fn mount(bytes: u64) -> Option<TinyDisk> {
+    /// Mounts it, or fails saying why: mounting needs root.
+    fn mount(bytes: u64) -> TinyDisk {
+        assert!(
+            running_as_root(),
+            "this test mounts a tmpfs, which needs root: run it as root (as .ci/run is), or leave \
+             it ignored"
+        );
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("disk");
         std::fs::create_dir(&path).unwrap();
-        let status = std::process::Command::new("mount")
+        let mounted = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
             .arg(&path)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .ok()?;
-        status.success().then_some(TinyDisk { path, _dir: dir })
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run mount: {e}"));
+        assert!(
+            mounted.status.success(),
+            "running as root, yet a tmpfs could not be mounted ({}): {}",
+            mounted.status,
+            String::from_utf8_lossy(&mounted.stderr)
+        );
+        TinyDisk { path, _dir: dir }
     }
 }
 
@@ -268,19 +279,9 @@ fn fill(dir: &Path) -> std::path::PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root to mount a tmpfs (run by .ci/run)"]
 async fn full_disk_refuses_then_recovers_when_space_returns() {
-    // Mounting needs root, which this project's machines and CI have: there a failed mount is
-    // a failure. A developer's unprivileged run says it skipped.
-    let Some(disk) = TinyDisk::mount(4 * 1024 * 1024) else {
-        assert!(
-            !running_as_root(),
-            "running as root, yet a 4 MiB tmpfs could not be mounted"
-        );
-        eprintln!(
-            "SKIPPED full_disk_refuses_then_recovers_when_space_returns: not root, cannot mount a tmpfs"
-        );
-        return;
-    };
+    let disk = TinyDisk::mount(4 * 1024 * 1024);
     let output = disk.path.join("out");
     let collector = start(config(&output)).await.unwrap();
     let lines = requests(1);
