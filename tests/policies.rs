@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 
 use common::child::{binary, stderr, succeeded};
-use common::collector::{config, example_requests, stop, PRICING};
+use common::collector::{config, example_requests, started, stop, PRICING};
 use common::otel::{by_service, export_grpc};
 use common::replay::{Replay, Replayed};
 use common::Row;
@@ -205,10 +205,9 @@ fn legacy_named(name: &str) -> String {
 async fn reload_swaps_policies_and_a_broken_file_keeps_the_ones_in_use() {
     let policies = tempfile::tempdir().unwrap();
     write(policies.path(), "a.toml", &legacy_named("before"));
-    let out = tempfile::tempdir().unwrap();
-    let mut cfg = config(out.path());
-    cfg.processors.retry_spend.policies_dir = Some(policies.path().to_path_buf());
-    let collector = start(cfg).await.unwrap();
+    let (collector, out) =
+        started(|c| c.processors.retry_spend.policies_dir = Some(policies.path().to_path_buf()))
+            .await;
 
     write(
         policies.path(),
@@ -241,10 +240,9 @@ async fn reload_swaps_policies_and_a_broken_file_keeps_the_ones_in_use() {
 async fn requests_evaluated_after_a_reload_use_the_new_policies() {
     let policies = tempfile::tempdir().unwrap();
     write(policies.path(), "a.toml", &legacy_named("before"));
-    let out = tempfile::tempdir().unwrap();
-    let mut cfg = config(out.path());
-    cfg.processors.retry_spend.policies_dir = Some(policies.path().to_path_buf());
-    let collector = start(cfg).await.unwrap();
+    let (collector, out) =
+        started(|c| c.processors.retry_spend.policies_dir = Some(policies.path().to_path_buf()))
+            .await;
     write(policies.path(), "a.toml", &legacy_named("after"));
     let reloaded = collector.reload().await.unwrap();
     assert_eq!((reloaded.snapshots, reloaded.policies), (1, 1));

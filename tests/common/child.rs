@@ -162,19 +162,6 @@ impl Serve {
         self
     }
 
-    pub fn args<S: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Serve {
-        self.command.args(args);
-        self
-    }
-
-    pub fn envs<K: AsRef<OsStr>, V: AsRef<OsStr>>(
-        mut self,
-        envs: impl IntoIterator<Item = (K, V)>,
-    ) -> Serve {
-        self.command.envs(envs);
-        self
-    }
-
     /// Starts it and reads its log until it listens (a line with `grpc_addr=`) or exits.
     pub fn spawn(mut self) -> Spawned {
         let mut child = self
@@ -211,6 +198,37 @@ impl Serve {
         self.spawn().listening()
     }
 }
+
+/// `arg`, `args` and `envs` for a builder that holds its `command`, as [`Command`] has them.
+macro_rules! command_builder {
+    ($builder:ty) => {
+        impl $builder {
+            pub fn arg(mut self, arg: impl AsRef<std::ffi::OsStr>) -> Self {
+                self.command.arg(arg);
+                self
+            }
+
+            pub fn args<S: AsRef<std::ffi::OsStr>>(
+                mut self,
+                args: impl IntoIterator<Item = S>,
+            ) -> Self {
+                self.command.args(args);
+                self
+            }
+
+            pub fn envs<K: AsRef<std::ffi::OsStr>, V: AsRef<std::ffi::OsStr>>(
+                mut self,
+                envs: impl IntoIterator<Item = (K, V)>,
+            ) -> Self {
+                self.command.envs(envs);
+                self
+            }
+        }
+    };
+}
+pub(crate) use command_builder;
+
+command_builder!(Serve);
 
 /// A started `serve`: its log until it listened, and the rest still to read.
 pub struct Spawned {

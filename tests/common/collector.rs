@@ -41,6 +41,15 @@ pub fn replayed_rows() -> Vec<Row> {
     super::replay::Replay::example().rows()
 }
 
+/// A collector started in-process with [`config`] as `edit` changes it, writing to a fresh
+/// directory (kept as long as the returned one).
+pub async fn started(edit: impl FnOnce(&mut Config)) -> (Collector, tempfile::TempDir) {
+    let out = tempfile::tempdir().unwrap();
+    let mut config = config(out.path());
+    edit(&mut config);
+    (start(config).await.unwrap(), out)
+}
+
 /// Stops the collector cleanly and reads back what it wrote.
 pub async fn stop(collector: Collector, output: &Path) -> Vec<Row> {
     collector.shutdown();

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Output, Stdio};
 use arrow_schema::SchemaRef;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
-use super::child::{binary, stderr, stdout, succeeded, PRICING};
+use super::child::{binary, command_builder, stderr, stdout, succeeded, PRICING};
 use super::collector::EXAMPLE;
 use super::{read_table, Row};
 
@@ -105,24 +105,6 @@ impl Replay {
         self
     }
 
-    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Replay {
-        self.command.arg(arg);
-        self
-    }
-
-    pub fn args<S: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Replay {
-        self.command.args(args);
-        self
-    }
-
-    pub fn envs<K: AsRef<OsStr>, V: AsRef<OsStr>>(
-        mut self,
-        envs: impl IntoIterator<Item = (K, V)>,
-    ) -> Replay {
-        self.command.envs(envs);
-        self
-    }
-
     /// Changes the command after the runner's settings: standard streams of the test's own.
     pub fn with(mut self, change: impl FnOnce(&mut Command) + 'static) -> Replay {
         self.change = Some(Box::new(change));
@@ -173,6 +155,8 @@ impl Replay {
         self.run().ok().rows()
     }
 }
+
+command_builder!(Replay);
 
 /// A `replay` under way.
 pub struct Running {
