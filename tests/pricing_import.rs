@@ -27,7 +27,7 @@ fn sha256_hex(path: &Path) -> String {
 /// `pricing import --format FORMAT --checked-at 2026-08-22 --out OUT FILE`.
 fn import(format: &str, out: &Path, file: &str) -> Output {
     let out = out.to_str().unwrap();
-    run(&[
+    run([
         "pricing",
         "import",
         "--format",
@@ -41,7 +41,7 @@ fn import(format: &str, out: &Path, file: &str) -> Output {
 }
 
 fn pricing_check(dir: &Path) -> Output {
-    run(&["pricing", "check", dir.to_str().unwrap()])
+    run(["pricing", "check", dir.to_str().unwrap()])
 }
 
 #[test]
@@ -137,7 +137,7 @@ fn fetch_downloads_a_feed_into_a_snapshot() {
     let addr = serve(body.clone());
     let url = format!("http://{addr}/api/pricing");
     let out = tempfile::tempdir().unwrap();
-    let result = run(&[
+    let result = run([
         "pricing",
         "fetch",
         "--format",
@@ -175,7 +175,7 @@ fn fetch_of_a_non_2xx_answer_is_a_clear_error_and_writes_nothing() {
     let addr = serve(Vec::new());
     let url = format!("http://{addr}/down");
     let out = tempfile::tempdir().unwrap();
-    let result = run(&[
+    let result = run([
         "pricing",
         "fetch",
         "--format",

@@ -19,6 +19,9 @@ use super::child::{binary, command_builder, stderr, stdout, succeeded, PRICING};
 use super::collector::EXAMPLE;
 use super::{read_table, Row};
 
+/// What [`Replay::with`] does to the command.
+type CommandChange = Box<dyn FnOnce(&mut Command)>;
+
 /// A `replay` to run: the shipped pricing, no policies, and a fresh output directory unless
 /// told otherwise.
 pub struct Replay {
@@ -27,7 +30,7 @@ pub struct Replay {
     output: Option<OsString>,
     inputs: Vec<OsString>,
     stdin: Option<Vec<u8>>,
-    change: Option<Box<dyn FnOnce(&mut Command)>>,
+    change: Option<CommandChange>,
     /// Holds the default output and the inputs written for the run.
     dir: tempfile::TempDir,
 }
