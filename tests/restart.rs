@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::child::{signal, start as start_child};
+use common::child::start as start_child;
 use common::collector::{config, stop};
 use common::otel::{export_grpc, span_data};
 use common::spans::{kv, kv_int, kv_text};
@@ -237,7 +237,7 @@ async fn a_sigkill_between_a_requests_attempts_keeps_the_late_retrys_decision() 
     .unwrap();
     let output = dir.path().join("out");
     let args = ["--config", config_file.to_str().unwrap()];
-    let mut collector = start_child(&output, &args, &[]);
+    let collector = start_child(&output, &args, &[]);
     send(collector.grpc_addr, first_attempts()).await;
     let (out, wal) = (output.clone(), output.join("wal"));
     tokio::task::spawn_blocking(move || {
@@ -250,18 +250,11 @@ async fn a_sigkill_between_a_requests_attempts_keeps_the_late_retrys_decision() 
     })
     .await
     .unwrap();
-    signal(&collector.child, "KILL");
-    let _ = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap();
+    collector.kill().await;
 
-    let mut collector = start_child(&output, &args, &[]);
+    let collector = start_child(&output, &args, &[]);
     send(collector.grpc_addr, late_retries()).await;
-    signal(&collector.child, "TERM");
-    let status = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = collector.terminate().await;
     assert!(status.success(), "restarted collector exit status {status}");
     let rows = read_table(&output).1;
     assert_eq!(rows.len(), usize::from(REQUESTS) * 2, "every attempt once");
@@ -293,7 +286,7 @@ async fn a_sigkill_with_summaries_newer_than_the_files_writes_every_row_once() {
     std::fs::write(&config_file, "[exporters.parquet]\nmax_file_age = \"1h\"\n").unwrap();
     let output = dir.path().join("out");
     let args = ["--config", config_file.to_str().unwrap()];
-    let mut collector = start_child(&output, &args, &[]);
+    let collector = start_child(&output, &args, &[]);
     let empty = {
         let wal = output.join("wal");
         tokio::task::spawn_blocking(move || {
@@ -312,19 +305,12 @@ async fn a_sigkill_with_summaries_newer_than_the_files_writes_every_row_once() {
     })
     .await
     .unwrap();
-    signal(&collector.child, "KILL");
-    let _ = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap();
+    collector.kill().await;
     assert!(read_table(&output).1.is_empty(), "no file was complete");
 
-    let mut collector = start_child(&output, &args, &[]);
+    let collector = start_child(&output, &args, &[]);
     send(collector.grpc_addr, late_retries()).await;
-    signal(&collector.child, "TERM");
-    let status = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = collector.terminate().await;
     assert!(status.success(), "restarted collector exit status {status}");
     let rows = read_table(&output).1;
     assert_eq!(rows.len(), usize::from(REQUESTS) * 2, "every attempt once");

@@ -4,7 +4,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Lines};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, ChildStderr, Command, Output, Stdio};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::Receiver;
 
 use opentelemetry::InstrumentationScope;
@@ -291,6 +291,39 @@ pub struct Collector {
     pub child: Child,
     pub grpc_addr: SocketAddr,
     pub log: Receiver<String>,
+}
+
+impl Collector {
+    /// Its exit status once it exits, waited for off the async runtime's threads.
+    pub async fn exited(mut self) -> ExitStatus {
+        tokio::task::spawn_blocking(move || self.child.wait())
+            .await
+            .unwrap()
+            .expect("wait for the collector")
+    }
+
+    /// Reads its log until a line is `wanted` (false if the log ended first), off the async
+    /// runtime's threads.
+    pub async fn logs(self, wanted: impl Fn(&str) -> bool + Send + 'static) -> (Collector, bool) {
+        tokio::task::spawn_blocking(move || {
+            let seen = self.log.iter().any(|line| wanted(&line));
+            (self, seen)
+        })
+        .await
+        .unwrap()
+    }
+
+    /// Stops it with SIGTERM: its exit status.
+    pub async fn terminate(self) -> ExitStatus {
+        signal(&self.child, "TERM");
+        self.exited().await
+    }
+
+    /// SIGKILL, and waits until it is gone.
+    pub async fn kill(self) {
+        signal(&self.child, "KILL");
+        self.exited().await;
+    }
 }
 
 /// Starts `retry-spend-collector serve` on ephemeral ports writing to `output`, with `args`
