@@ -27,7 +27,7 @@ use retry_spend_collector::sinks::parquet::{
 };
 
 use common::child::{binary, request_spans, signal, Serve, PRICING};
-use common::collector::{config, example_requests, replayed_rows, EXAMPLE};
+use common::collector::{config, example_requests, get, replayed_rows, EXAMPLE};
 use common::otel::{by_service, export_grpc};
 use common::replay::Replay;
 use common::s3::S3Server;
@@ -80,14 +80,6 @@ async fn health_when(addr: SocketAddr, done: impl Fn(&(u16, String)) -> bool) ->
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let response = reqwest::get(format!("http://{addr}{path}"))
-        .await
-        .expect("GET");
-    let status = response.status().as_u16();
-    (status, response.text().await.unwrap_or_default())
 }
 
 /// (request id, attempt index) of every row, and whether one came twice.

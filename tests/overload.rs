@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use common::collector::{config, EXAMPLE};
+use common::collector::{config, get, EXAMPLE};
 use common::read_table;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
@@ -175,7 +175,7 @@ async fn unwritable_output_refuses_then_recovers_and_loses_nothing() {
     assert_eq!(answers[0].0, 200, "accepted into the write-ahead log");
     collector.sync().await.unwrap();
 
-    let health = reqwest_get(collector.metrics_addr, "/healthz").await;
+    let health = get(collector.metrics_addr, "/healthz").await;
     assert_eq!(health.0, 503);
     assert!(health.1.contains("parquet"), "{}", health.1);
     let refused = post_all(collector.http_addr, vec![first[5].clone()]).await;
@@ -184,7 +184,7 @@ async fn unwritable_output_refuses_then_recovers_and_loses_nothing() {
 
     std::fs::remove_file(&blocker).unwrap();
     collector.sync().await.unwrap();
-    assert_eq!(reqwest_get(collector.metrics_addr, "/healthz").await.0, 200);
+    assert_eq!(get(collector.metrics_addr, "/healthz").await.0, 200);
     let resumed = post_all(collector.http_addr, first[6..8].to_vec()).await;
     assert!(resumed.iter().all(|a| a.0 == 200), "{resumed:?}");
     stop(collector).await;
@@ -202,16 +202,6 @@ async fn unwritable_output_refuses_then_recovers_and_loses_nothing() {
         counts.len(),
         rows_of_line(2) + rows_of_line(6) + rows_of_line(7)
     );
-}
-
-async fn reqwest_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let response = reqwest::blocking::get(url).unwrap();
-        (response.status().as_u16(), response.text().unwrap())
-    })
-    .await
-    .unwrap()
 }
 
 /// Whether this process runs as root (uid 0), read from /proc.
@@ -295,14 +285,14 @@ async fn full_disk_refuses_then_recovers_when_space_returns() {
     let refused = post_all(collector.http_addr, vec![lines[5].clone()]).await;
     assert_eq!(refused[0].0, 503, "a full disk refuses new data");
     assert_eq!(refused[0].1.as_deref(), Some("5"));
-    let health = reqwest_get(collector.metrics_addr, "/healthz").await;
+    let health = get(collector.metrics_addr, "/healthz").await;
     assert_eq!(health.0, 503);
     assert!(health.1.contains("wal"), "{}", health.1);
 
     std::fs::remove_file(junk).unwrap();
     let resumed = post_all(collector.http_addr, vec![lines[6].clone()]).await;
     assert_eq!(resumed[0].0, 200, "accepted again once there is space");
-    assert_eq!(reqwest_get(collector.metrics_addr, "/healthz").await.0, 200);
+    assert_eq!(get(collector.metrics_addr, "/healthz").await.0, 200);
     stop(collector).await;
 
     let counts = row_counts(&output);

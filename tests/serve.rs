@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use common::collector::{
-    example_requests, replayed_rows, started, stop, EXAMPLE_ROWS, EXAMPLE_SPANS,
+    example_requests, get, replayed_rows, started, stop, EXAMPLE_ROWS, EXAMPLE_SPANS,
 };
 use common::otel::{by_service, export_grpc, export_http, ServiceBatch};
 use common::usd;
@@ -233,16 +233,6 @@ async fn every_span_is_forwarded_and_attempts_are_enriched() {
             value => assert_eq!(remaining, Some(Value::StringValue(usd(value)))),
         }
     }
-}
-
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let response = reqwest::blocking::get(url).unwrap();
-        (response.status().as_u16(), response.text().unwrap())
-    })
-    .await
-    .unwrap()
 }
 
 fn metric(text: &str, series: &str) -> Option<String> {

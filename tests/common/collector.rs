@@ -61,6 +61,15 @@ pub async fn stop(collector: Collector, output: &Path) -> Vec<Row> {
     read_table(output).1
 }
 
+/// `GET http://{addr}{path}` (the metrics listener's `/healthz`, `/metrics`): status and body.
+pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let response = reqwest::get(format!("http://{addr}{path}"))
+        .await
+        .expect("GET");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("the body"))
+}
+
 /// Sends each request in one OTLP/gRPC export call, in order, each acknowledged before the next.
 pub async fn export(addr: SocketAddr, requests: Vec<ExportTraceServiceRequest>) {
     let mut client = TraceServiceClient::connect(format!("http://{addr}"))
