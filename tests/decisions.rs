@@ -9,7 +9,9 @@ use std::path::Path;
 
 use bytes::Bytes;
 use common::collector::{started, stop, PRICING};
-use common::secure::{export_raw_grpc, https_client, self_signed, tokens_file, Client};
+use common::secure::{
+    export_raw_grpc, grpc_endpoint, https_client, self_signed, tokens_file, Client,
+};
 use common::spans::{export_of, kv_int, kv_text};
 use common::usd;
 use opentelemetry_http::HttpClient;
@@ -22,7 +24,7 @@ use retry_spend_collector::decisions::proto::{
     Attempt, DecideRequest, DecideResponse, Envelope, ProposedAttempt,
 };
 use retry_spend_collector::service::Collector;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+use tonic::transport::Channel;
 
 const TOKEN: &str = "rsc-decide-51c0de";
 const VERSION: &str = "a42d372ccf0b5dd13ecf71203521f9d2";
@@ -138,18 +140,12 @@ fn worked_example_json_answer() -> serde_json::Value {
 }
 
 async fn grpc_client(addr: SocketAddr, ca: Option<&str>) -> RetryDecisionsClient<Channel> {
-    let scheme = if ca.is_some() { "https" } else { "http" };
-    let mut endpoint = Channel::from_shared(format!("{scheme}://{addr}")).unwrap();
-    if let Some(ca) = ca {
-        endpoint = endpoint
-            .tls_config(
-                ClientTlsConfig::new()
-                    .ca_certificate(Certificate::from_pem(ca))
-                    .domain_name("localhost"),
-            )
-            .unwrap();
-    }
-    RetryDecisionsClient::new(endpoint.connect().await.expect("gRPC connection"))
+    RetryDecisionsClient::new(
+        grpc_endpoint(addr, ca)
+            .connect()
+            .await
+            .expect("gRPC connection"),
+    )
 }
 
 async fn decide_grpc(
