@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::child::{request, signal, start};
+use common::replay::Replay;
 use common::{read_table, temporary_files};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::SpanExporter as _;
@@ -74,12 +75,8 @@ async fn load_until_refused(
 
 /// Restarts on the same output, lets recovery run, stops cleanly, and checks the rows.
 async fn restart_and_check(dir: &Path, config: &Path, acknowledged: &[usize]) {
-    let mut collector = start(dir, &["--config", config.to_str().unwrap()], &[]);
-    signal(&collector.child, "TERM");
-    let status = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let collector = start(dir, &["--config", config.to_str().unwrap()], &[]);
+    let status = collector.terminate().await;
     assert!(status.success(), "restarted collector exit status {status}");
 
     assert!(temporary_files(dir).is_empty(), "no temporary file remains");
@@ -116,16 +113,13 @@ async fn crash_at(point: &str) {
     let config = dir.path().join("collector.toml");
     std::fs::write(&config, CONFIG).unwrap();
     let output = dir.path().join("out");
-    let mut collector = start(
+    let collector = start(
         &output,
         &["--config", config.to_str().unwrap()],
         &[("RETRY_SPEND_CRASH_AT", point)],
     );
     let acknowledged = load_until_refused(collector.grpc_addr, 100_000, 0, None).await;
-    let status = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = collector.exited().await;
     assert!(
         !status.success(),
         "the collector crashed as arranged ({status})"
@@ -155,7 +149,7 @@ async fn sigkill_under_load_loses_no_acknowledged_span() {
     let config = dir.path().join("collector.toml");
     std::fs::write(&config, CONFIG).unwrap();
     let output = dir.path().join("out");
-    let mut collector = start(&output, &["--config", config.to_str().unwrap()], &[]);
+    let collector = start(&output, &["--config", config.to_str().unwrap()], &[]);
     let (milestone, milestone_reached) = tokio::sync::oneshot::channel();
     let load = tokio::spawn(load_until_refused(
         collector.grpc_addr,
@@ -166,9 +160,7 @@ async fn sigkill_under_load_loses_no_acknowledged_span() {
     milestone_reached.await.unwrap();
     signal(&collector.child, "KILL");
     let acknowledged = load.await.unwrap();
-    let _ = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap();
+    collector.exited().await;
     assert!(acknowledged.len() >= 300);
     restart_and_check(&output, &config, &acknowledged).await;
 }
@@ -192,7 +184,7 @@ async fn inferred_rows_in_a_file_completed_before_a_crash_are_not_written_again(
     )
     .unwrap();
     let output = dir.path().join("out");
-    let mut collector = start(
+    let collector = start(
         &output,
         &["--config", config.to_str().unwrap()],
         &[("RETRY_SPEND_CRASH_AT", "parquet_rename:2")],
@@ -200,34 +192,22 @@ async fn inferred_rows_in_a_file_completed_before_a_crash_are_not_written_again(
     let mut client = TraceServiceClient::connect(format!("http://{}", collector.grpc_addr))
         .await
         .unwrap();
-    let mut expected_rows = 0;
-    for name in recordings {
-        let path = format!("{fixtures}/{name}.jsonl");
-        let text = std::fs::read_to_string(&path).unwrap();
+    let paths = recordings.map(|name| format!("{fixtures}/{name}.jsonl"));
+    // Every export before anything slow: the crash comes once rows are written, which the
+    // group wait allows as soon as the sending pauses.
+    for path in &paths {
+        let text = std::fs::read_to_string(path).unwrap();
         for line in text.lines() {
             let request =
                 retry_spend_collector::contract::otlp_json::parse_request(line.as_bytes()).unwrap();
             client.export(request).await.unwrap();
         }
-        let replayed = tempfile::tempdir().unwrap();
-        let status = std::process::Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-            .args([
-                "replay",
-                "--pricing",
-                common::collector::PRICING,
-                "--output",
-            ])
-            .arg(replayed.path())
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(status.status.success());
-        expected_rows += read_table(replayed.path()).1.len();
     }
-    let status = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let expected_rows: usize = paths
+        .iter()
+        .map(|path| Replay::new().input(path).rows().len())
+        .sum();
+    let status = collector.exited().await;
     assert!(
         !status.success(),
         "the collector crashed as arranged ({status})"
@@ -237,12 +217,8 @@ async fn inferred_rows_in_a_file_completed_before_a_crash_are_not_written_again(
         "rows were written before the crash"
     );
 
-    let mut restarted = start(&output, &["--config", config.to_str().unwrap()], &[]);
-    signal(&restarted.child, "TERM");
-    let status = tokio::task::spawn_blocking(move || restarted.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let restarted = start(&output, &["--config", config.to_str().unwrap()], &[]);
+    let status = restarted.terminate().await;
     assert!(status.success(), "restarted collector exit status {status}");
     let (_, rows) = read_table(&output);
     let mut keys: Vec<_> = rows

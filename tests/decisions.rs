@@ -8,23 +8,23 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use bytes::Bytes;
-use common::collector::{config, stop, PRICING};
-use common::secure::{export_raw_grpc, https_client, self_signed, tokens_file, Client};
+use common::collector::{started, stop, PRICING};
+use common::secure::{
+    export_raw_grpc, grpc_endpoint, https_client, self_signed, tokens_file, Client,
+};
+use common::spans::{export_of, kv_int, kv_text};
 use common::usd;
 use opentelemetry_http::HttpClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use retry_spend_collector::config::Config;
-use retry_spend_collector::contract::{attr, kv};
+use retry_spend_collector::contract::attr;
 use retry_spend_collector::decisions::proto::retry_decisions_client::RetryDecisionsClient;
 use retry_spend_collector::decisions::proto::{
     Attempt, DecideRequest, DecideResponse, Envelope, ProposedAttempt,
 };
-use retry_spend_collector::service::{start, Collector};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+use retry_spend_collector::service::Collector;
+use tonic::transport::Channel;
 
 const TOKEN: &str = "rsc-decide-51c0de";
 const VERSION: &str = "a42d372ccf0b5dd13ecf71203521f9d2";
@@ -140,18 +140,12 @@ fn worked_example_json_answer() -> serde_json::Value {
 }
 
 async fn grpc_client(addr: SocketAddr, ca: Option<&str>) -> RetryDecisionsClient<Channel> {
-    let scheme = if ca.is_some() { "https" } else { "http" };
-    let mut endpoint = Channel::from_shared(format!("{scheme}://{addr}")).unwrap();
-    if let Some(ca) = ca {
-        endpoint = endpoint
-            .tls_config(
-                ClientTlsConfig::new()
-                    .ca_certificate(Certificate::from_pem(ca))
-                    .domain_name("localhost"),
-            )
-            .unwrap();
-    }
-    RetryDecisionsClient::new(endpoint.connect().await.expect("gRPC connection"))
+    RetryDecisionsClient::new(
+        grpc_endpoint(addr, ca)
+            .connect()
+            .await
+            .expect("gRPC connection"),
+    )
 }
 
 async fn decide_grpc(
@@ -210,16 +204,9 @@ fn metrics_line(collector: &Collector, prefix: &str) -> String {
         .unwrap_or_default()
 }
 
-async fn collector(edit: impl FnOnce(&mut Config)) -> (Collector, tempfile::TempDir) {
-    let out = tempfile::tempdir().unwrap();
-    let mut config = config(out.path());
-    edit(&mut config);
-    (start(config).await.unwrap(), out)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_and_http_answer_the_worked_example_with_the_rule_tests_money() {
-    let (collector, out) = collector(|_| {}).await;
+    let (collector, out) = started(|_| {}).await;
     let mut client = grpc_client(collector.grpc_addr, None).await;
     let answer = decide_grpc(&mut client, None, worked_example())
         .await
@@ -246,7 +233,7 @@ fn worked_example_spans() -> ExportTraceServiceRequest {
         "task_type": "support_summary",
     }});
     let span = |id: u8, mut attributes: Vec<_>| {
-        attributes.push(kv(attr::REQUEST_ID, Value::StringValue("req-7".into())));
+        attributes.push(kv_text(attr::REQUEST_ID, "req-7"));
         Span {
             trace_id: vec![7; 16],
             span_id: vec![id; 8],
@@ -259,56 +246,32 @@ fn worked_example_spans() -> ExportTraceServiceRequest {
     };
     let attempt = |index: i64, model: &str| {
         vec![
-            kv(
-                attr::SPAN_ROLE,
-                Value::StringValue(attr::ROLE_ATTEMPT.into()),
-            ),
-            kv(attr::ATTEMPT_INDEX, Value::IntValue(index)),
-            kv(attr::REQUEST_MODEL, Value::StringValue(model.into())),
-            kv(attr::INPUT_TOKENS, Value::IntValue(10_000)),
-            kv(attr::CACHE_READ_INPUT_TOKENS, Value::IntValue(4_000)),
-            kv(attr::REQUEST_MAX_TOKENS, Value::IntValue(800)),
+            kv_text(attr::SPAN_ROLE, attr::ROLE_ATTEMPT),
+            kv_int(attr::ATTEMPT_INDEX, index),
+            kv_text(attr::REQUEST_MODEL, model),
+            kv_int(attr::INPUT_TOKENS, 10_000),
+            kv_int(attr::CACHE_READ_INPUT_TOKENS, 4_000),
+            kv_int(attr::REQUEST_MAX_TOKENS, 800),
         ]
     };
     let spans = vec![
         span(
             9,
             vec![
-                kv(
-                    attr::SPAN_ROLE,
-                    Value::StringValue(attr::ROLE_LOGICAL_REQUEST.into()),
-                ),
-                kv(
-                    attr::ENVELOPE_JSON,
-                    Value::StringValue(envelope.to_string()),
-                ),
-                kv(attr::ATTEMPT_COUNT, Value::IntValue(2)),
+                kv_text(attr::SPAN_ROLE, attr::ROLE_LOGICAL_REQUEST),
+                kv_text(attr::ENVELOPE_JSON, &envelope.to_string()),
+                kv_int(attr::ATTEMPT_COUNT, 2),
             ],
         ),
         span(1, attempt(0, "deepseek-v4-flash")),
         span(2, attempt(1, "glm-5")),
     ];
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![kv(
-                    attr::SERVICE_NAME,
-                    Value::StringValue("checkout".into()),
-                )],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+    export_of("checkout", spans)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_service_allowed_is_what_the_audit_writes() {
-    let (collector, out) = collector(|_| {}).await;
+    let (collector, out) = started(|_| {}).await;
     let (status, allowed) = decide_http(collector.http_addr, WORKED_EXAMPLE_JSON).await;
     assert_eq!(status, 200);
     let plain = Client {
@@ -350,7 +313,7 @@ async fn what_the_service_allowed_is_what_the_audit_writes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_questions_are_invalid_argument_and_400_naming_the_field() {
-    let (collector, out) = collector(|_| {}).await;
+    let (collector, out) = started(|_| {}).await;
     let mut client = grpc_client(collector.grpc_addr, None).await;
     let mut no_attempts = worked_example();
     no_attempts.attempts.clear();
@@ -396,7 +359,7 @@ async fn malformed_questions_are_invalid_argument_and_400_naming_the_field() {
 async fn unaudited_is_refused_unless_the_collector_fails_open() {
     let no_envelope = r#"{"service": "checkout", "attempts": [{"model": "glm-5"}],
                           "next": {"model": "glm-5"}}"#;
-    let (closed, out) = collector(|_| {}).await;
+    let (closed, out) = started(|_| {}).await;
     let (status, json) = decide_http(closed.http_addr, no_envelope).await;
     assert_eq!(status, 200);
     assert_eq!(json["allow"], false);
@@ -409,7 +372,7 @@ async fn unaudited_is_refused_unless_the_collector_fails_open() {
     );
     stop(closed, out.path()).await;
 
-    let (open, out) = collector(|c| c.decisions.allow_unaudited = true).await;
+    let (open, out) = started(|c| c.decisions.allow_unaudited = true).await;
     let (_, json) = decide_http(open.http_addr, no_envelope).await;
     assert_eq!(json["allow"], true);
     assert_eq!(json["decision"], "unaudited");
@@ -420,7 +383,7 @@ async fn unaudited_is_refused_unless_the_collector_fails_open() {
 async fn decisions_are_answered_while_the_trace_pipeline_is_stalled() {
     // Room for one export: while the pipeline holds it, the next is refused.
     let one_export = worked_example_spans().encoded_len() as u64;
-    let (collector, out) = collector(|c| {
+    let (collector, out) = started(|c| {
         c.receivers.otlp.max_request_bytes = one_export;
         c.receivers.otlp.max_in_flight_bytes = one_export;
     })
@@ -451,7 +414,7 @@ async fn decisions_are_answered_while_the_trace_pipeline_is_stalled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reloaded_snapshots_answer_the_next_question() {
     let pricing = tempfile::tempdir().unwrap();
-    let (collector, out) = collector(|c| {
+    let (collector, out) = started(|c| {
         c.processors.retry_spend.pricing_dir = pricing.path().to_path_buf();
     })
     .await;
@@ -481,7 +444,7 @@ async fn over_tls_only_callers_with_an_accepted_token_get_answers() {
     let cert = self_signed();
     let tokens = tempfile::tempdir().unwrap();
     let auth = tokens_file(tokens.path(), &[TOKEN]);
-    let (collector, out) = collector(|c| {
+    let (collector, out) = started(|c| {
         c.receivers.otlp.tls = cert.tls.clone();
         c.receivers.otlp.auth = auth;
     })

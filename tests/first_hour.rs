@@ -3,40 +3,18 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 
-use common::child::{signal, PRICING};
+use common::child::{binary, stderr, stdout, Serve, PRICING};
+use common::collector::EXAMPLE;
+use common::replay::Replay;
 
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
 const SHIPPED_SNAPSHOT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/config/pricing/2026-08-22-aiwave.json"
 );
 const SHIPPED_VERSION: &str = "a42d372ccf0b5dd13ecf71203521f9d2";
-
-/// The binary with none of our environment variables, so a developer's shell cannot change
-/// what a test sees.
-fn binary() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("RETRY_SPEND_") {
-            command.env_remove(key);
-        }
-    }
-    command.env("RUST_LOG", "info");
-    command
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 fn today() -> chrono::NaiveDate {
     let secs = std::time::SystemTime::now()
@@ -61,36 +39,14 @@ fn pricing_checked_at(checked_at: chrono::NaiveDate) -> tempfile::TempDir {
     dir
 }
 
-/// What `serve` on ephemeral ports, writing to `output`, logged until it listened; then it is
-/// stopped.
-fn serve_log(output: &Path, args: &[&str], envs: &[(&str, &str)]) -> String {
-    let mut child = binary()
-        .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-        ])
-        .args(["--metrics-addr", "127.0.0.1:0", "--output"])
-        .arg(output)
-        .args(args)
-        .envs(envs.iter().copied())
-        .stderr(Stdio::piped())
+/// What `serve` on ephemeral ports, writing to `output` with the snapshots of `pricing`, logged
+/// until it listened; then it is stopped.
+fn serve_log(output: &Path, pricing: &Path) -> String {
+    Serve::new()
+        .output(output)
+        .pricing(pricing)
         .spawn()
-        .unwrap();
-    let mut log = Vec::new();
-    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-        let line = line.unwrap();
-        let listening = line.contains("grpc_addr=");
-        log.push(line);
-        if listening {
-            signal(&child, "TERM");
-        }
-    }
-    let log = log.join("\n");
-    assert!(child.wait().unwrap().success(), "{log}");
-    log
+        .terminate()
 }
 
 fn assert_stale_warning(log: &str, checked_at: chrono::NaiveDate) {
@@ -111,17 +67,12 @@ fn serve_warns_at_start_when_the_newest_snapshot_is_older_than_max_pricing_age_d
     let old = today() - chrono::Days::new(45);
     let pricing = pricing_checked_at(old);
     let out = tempfile::tempdir().unwrap();
-    let pricing_arg = pricing.path().to_str().unwrap();
-    let log = serve_log(out.path(), &["--pricing", pricing_arg], &[]);
+    let log = serve_log(out.path(), pricing.path());
     assert_stale_warning(&log, old);
 
     let fresh = pricing_checked_at(today() - chrono::Days::new(3));
     let out = tempfile::tempdir().unwrap();
-    let log = serve_log(
-        out.path(),
-        &["--pricing", fresh.path().to_str().unwrap()],
-        &[],
-    );
+    let log = serve_log(out.path(), fresh.path());
     assert!(!log.contains("days old"), "{log}");
 }
 
@@ -129,25 +80,17 @@ fn serve_warns_at_start_when_the_newest_snapshot_is_older_than_max_pricing_age_d
 fn replay_warns_at_start_when_the_newest_snapshot_is_older_than_max_pricing_age_days() {
     let old = today() - chrono::Days::new(45);
     let pricing = pricing_checked_at(old);
-    let out = tempfile::tempdir().unwrap();
     let replay = |max_age: &str| {
-        binary()
-            .arg("replay")
-            .arg("--pricing")
-            .arg(pricing.path())
-            .args(["--max-pricing-age-days", max_age, "--output"])
-            .arg(out.path())
-            .arg(EXAMPLE)
-            .output()
-            .unwrap()
+        Replay::example()
+            .pricing(pricing.path())
+            .args(["--max-pricing-age-days", max_age])
+            .run()
+            .ok()
+            .stderr()
     };
-    let result = replay("30");
-    assert!(result.status.success(), "{}", stderr(&result));
-    assert_stale_warning(&stderr(&result), old);
-
-    let result = replay("60");
-    assert!(result.status.success(), "{}", stderr(&result));
-    assert!(!stderr(&result).contains("days old"), "{}", stderr(&result));
+    assert_stale_warning(&replay("30"), old);
+    let log = replay("60");
+    assert!(!log.contains("days old"), "{log}");
 }
 
 #[test]
@@ -212,16 +155,13 @@ fn wal_dir_flag_and_variable_move_the_write_ahead_log() {
         let state = tempfile::tempdir().unwrap();
         let wal = state.path().join("wal");
         let wal_text = wal.to_str().unwrap();
-        let pricing = ["--pricing", PRICING];
-        let log = if by_variable {
-            serve_log(out.path(), &pricing, &[("RETRY_SPEND_WAL_DIR", wal_text)])
+        let serve = Serve::new().output(out.path());
+        let serve = if by_variable {
+            serve.envs([("RETRY_SPEND_WAL_DIR", wal_text)])
         } else {
-            serve_log(
-                out.path(),
-                &[&pricing[..], &["--wal-dir", wal_text]].concat(),
-                &[],
-            )
+            serve.args(["--wal-dir", wal_text])
         };
+        let log = serve.spawn().terminate();
         assert!(wal.is_dir(), "no log in {wal_text}:\n{log}");
         assert!(!out.path().join("wal").exists(), "{log}");
     }
@@ -304,14 +244,12 @@ fn an_os_error_is_said_once() {
     const ENOTDIR: i32 = 20;
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.jsonl");
-    let replay = binary()
-        .args(["replay", "--pricing", PRICING, "--output"])
-        .arg(dir.path().join("out"))
-        .arg(&missing)
-        .output()
-        .unwrap();
-    assert!(!replay.status.success());
-    let err = stderr(&replay);
+    let replay = Replay::new()
+        .input(&missing)
+        .output(dir.path().join("out"))
+        .run();
+    assert!(!replay.success());
+    let err = replay.stderr();
     assert!(err.contains("nope.jsonl"), "{err}");
     assert_once(&err, &os_error(ENOENT));
 
@@ -328,14 +266,9 @@ fn an_os_error_is_said_once() {
     // An output that is a plain file: its attempts/ cannot be made.
     let file = dir.path().join("plain-file");
     std::fs::write(&file, b"").unwrap();
-    let output = binary()
-        .args(["replay", "--pricing", PRICING, "--output"])
-        .arg(&file)
-        .arg(EXAMPLE)
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let err = stderr(&output);
+    let output = Replay::example().output(&file).run();
+    assert!(!output.success());
+    let err = output.stderr();
     assert!(err.contains("plain-file"), "{err}");
     assert_once(&err, &os_error(ENOTDIR));
 }
@@ -344,13 +277,11 @@ fn an_os_error_is_said_once() {
 fn a_replay_of_a_missing_input_leaves_no_output_behind() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("data");
-    let result = binary()
-        .args(["replay", "--pricing", PRICING, "--output"])
-        .arg(&out)
-        .arg(dir.path().join("nope.jsonl"))
-        .output()
-        .unwrap();
-    assert!(!result.status.success());
+    let result = Replay::new()
+        .input(dir.path().join("nope.jsonl"))
+        .output(&out)
+        .run();
+    assert!(!result.success());
     assert!(!out.exists(), "{} was left behind", out.display());
 }
 

@@ -12,15 +12,14 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 
 use rust_decimal::Decimal;
 use serde_json::Value;
 
+use common::child::{binary, succeeded};
+use common::replay::Replay;
 use common::{read_table, Row};
 
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
-const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
 const ENGINES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lake/engines.py");
 const GENERATED_SPANS: usize = 40_000;
 const MONEY: [&str; 3] = [
@@ -56,40 +55,14 @@ const TYPES: [(&str, [(&str, &str); 3]); 3] = [
     ),
 ];
 
-fn collector() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-}
-
-fn succeeded(what: &str, mut command: Command) -> String {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
-    assert!(
-        output.status.success(),
-        "{what} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("UTF-8 output")
-}
-
-fn replay(output: &Path, input: &Path) {
-    let mut command = collector();
-    command
-        .args(["replay", "--pricing", PRICING, "--output"])
-        .arg(output)
-        .arg(input);
-    succeeded("replay", command);
-}
-
 /// `report --format json` over `output`.
 fn report(output: &Path) -> Value {
-    let mut command = collector();
+    let mut command = binary();
     command
         .arg("report")
         .arg(output)
         .args(["--format", "json", "--top", "1"]);
-    let text = succeeded("report", command);
+    let text = succeeded("report", &command.output().expect("run report"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("report JSON: {e}: {text}"))
 }
 
@@ -222,16 +195,14 @@ fn assert_engine_read(name: &str, engine: &Value, expected: &Expected, report: &
 #[test]
 #[ignore = "needs Java 17 and Python's pyspark, duckdb and polars (run by .ci/run)"]
 fn spark_duckdb_and_polars_read_every_row_and_the_same_money() {
-    let dir = tempfile::tempdir().unwrap();
-    let generated = dir.path().join("generated.jsonl");
-    std::fs::write(&generated, common::spans::jsonl(16, GENERATED_SPANS)).unwrap();
-    let example_out = dir.path().join("example");
-    let generated_out = dir.path().join("generated");
-    replay(&example_out, Path::new(EXAMPLE));
-    replay(&generated_out, &generated);
+    let example = Replay::example().run().ok();
+    let generated = Replay::new()
+        .jsonl(&common::spans::jsonl(16, GENERATED_SPANS))
+        .run()
+        .ok();
     // (output, partitions it must have): the generated requests run past midnight, so the
     // engines meet more than one value of `date`.
-    let outputs = [(example_out.as_path(), 1), (generated_out.as_path(), 2)];
+    let outputs = [(example.out(), 1), (generated.out(), 2)];
 
     let paths: Vec<&Path> = outputs.iter().map(|(p, _)| *p).collect();
     let engines = read_with_engines(&paths);

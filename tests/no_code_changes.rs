@@ -5,18 +5,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Command, Output};
 
-use common::{read_table, Row};
-
-/// A decimal column in its shortest form (the table renders 18 places).
-fn usd(text: &str) -> String {
-    text.parse::<rust_decimal::Decimal>()
-        .map_or_else(|_| text.to_owned(), |d| d.normalize().to_string())
-}
+use common::child::{run, succeeded};
+use common::collector::{EXAMPLE, PRICING as SHIPPED_PRICING};
+use common::feed;
+use common::replay::Replay;
+use common::{usd, Row};
 
 const FEED: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -26,8 +21,6 @@ const RECORDING: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/instrumented/openllmetry-sdk-retries.jsonl"
 );
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
-const SHIPPED_PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
 const FEED_VERSION: &str = "a42d372ccf0b5dd13ecf71203521f9d2";
 
 /// The reviewed policy a platform team would commit: support services get the seed's envelope
@@ -46,34 +39,9 @@ allowed_fallback_families = ["glm", "qwen"]
 task_type = "support_summary"
 "#;
 
-fn collector(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-        .args(args)
-        .output()
-        .expect("run retry-spend-collector")
-}
-
-/// Serves `body` once over HTTP on 127.0.0.1, like a gateway's `/api/pricing`.
-fn serve_once(body: Vec<u8>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        let mut request = [0u8; 4096];
-        let _ = stream.read(&mut request);
-        let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).unwrap();
-        stream.write_all(&body).unwrap();
-    });
-    addr
-}
-
 fn fetch_rate_card(pricing: &Path) {
-    let addr = serve_once(std::fs::read(FEED).unwrap());
-    let out = collector(&[
+    let addr = feed::serve(std::fs::read(FEED).unwrap());
+    let out = run([
         "pricing",
         "fetch",
         "--format",
@@ -84,37 +52,18 @@ fn fetch_rate_card(pricing: &Path) {
         "https://aiwave.live/api/pricing",
         "--out",
         pricing.to_str().unwrap(),
-        &format!("http://{addr}/api/pricing"),
+        format!("http://{addr}/api/pricing").as_str(),
     ]);
-    assert!(
-        out.status.success(),
-        "pricing fetch failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed = String::from_utf8_lossy(&out.stdout);
+    let printed = succeeded("pricing fetch", &out);
     assert!(printed.contains(FEED_VERSION), "{printed}");
 }
 
 fn replay(pricing: &Path, policies: Option<&Path>, input: &str) -> Vec<Row> {
-    let out = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "replay",
-        "--pricing",
-        pricing.to_str().unwrap(),
-        "--output",
-        out.path().to_str().unwrap(),
-    ];
+    let mut replay = Replay::new().pricing(pricing).input(input);
     if let Some(policies) = policies {
-        args.extend(["--policies", policies.to_str().unwrap()]);
+        replay = replay.policies(policies);
     }
-    args.push(input);
-    let result = collector(&args);
-    assert!(
-        result.status.success(),
-        "replay failed: {}",
-        String::from_utf8_lossy(&result.stderr)
-    );
-    let mut rows = read_table(out.path()).1;
+    let mut rows = replay.rows();
     rows.sort_by(|a, b| {
         (&a["request_id"], &a["attempt_index"]).cmp(&(&b["request_id"], &b["attempt_index"]))
     });

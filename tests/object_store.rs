@@ -11,16 +11,11 @@ use std::collections::{BTreeSet, HashSet};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use retry_spend_collector::record::{AttemptRow, AttemptSource, Decision, SpendClass};
 use retry_spend_collector::service::start;
 use retry_spend_collector::sinks::parquet::remote::{
@@ -31,10 +26,12 @@ use retry_spend_collector::sinks::parquet::{
     ObjectStoreConfig, Output, ParquetExporterConfig, ParquetSink,
 };
 
-use common::child::{request_spans, signal, PRICING};
-use common::collector::{config, example_requests, replayed_rows, EXAMPLE};
+use common::child::{binary, request_spans, signal, Serve, PRICING};
+use common::collector::{config, example_requests, get, replayed_rows, EXAMPLE};
 use common::otel::{by_service, export_grpc};
+use common::replay::Replay;
 use common::s3::S3Server;
+use common::spans::export_of;
 use common::Row;
 
 const BUCKET: &str = "lake";
@@ -53,25 +50,7 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Request `n` of [`common::child::request`] as one export of service `burst`.
 fn export_request(n: usize) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![KeyValue {
-                    key: "service.name".into(),
-                    value: Some(AnyValue {
-                        value: Some(Value::StringValue("burst".into())),
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans: request_spans(n, true),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+    export_of("burst", request_spans(n, true))
 }
 
 async fn export(addr: SocketAddr, requests: &[usize]) -> Result<(), tonic::Status> {
@@ -101,14 +80,6 @@ async fn health_when(addr: SocketAddr, done: impl Fn(&(u16, String)) -> bool) ->
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let response = reqwest::get(format!("http://{addr}{path}"))
-        .await
-        .expect("GET");
-    let status = response.status().as_u16();
-    (status, response.text().await.unwrap_or_default())
 }
 
 /// (request id, attempt index) of every row, and whether one came twice.
@@ -148,38 +119,20 @@ fn assert_only_table_files(keys: &[String], prefix: &str) {
     }
 }
 
-fn collector_binary() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"));
-    command.env("RUST_LOG", "info");
-    command
-}
-
 #[test]
 #[ignore = "needs moto's S3 server (run by .ci/run)"]
 fn replay_uploads_every_row_with_the_exact_schema() {
     let server = S3Server::start();
     server.create_bucket(BUCKET);
     let staging = tempfile::tempdir().unwrap();
-    let output = collector_binary()
-        .args([
-            "replay",
-            "--pricing",
-            PRICING,
-            "--output",
-            "s3://lake/llm/retries",
-        ])
+    let stdout = Replay::example()
+        .output("s3://lake/llm/retries")
         .arg("--staging")
         .arg(staging.path())
-        .arg(EXAMPLE)
         .envs(server.env())
-        .output()
-        .expect("run replay");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .run()
+        .ok()
+        .stdout();
 
     let bucket = server.client(BUCKET);
     let keys = bucket.keys("llm/retries");
@@ -444,39 +397,12 @@ type Started = Result<(SocketAddr, Vec<String>), Vec<String>>;
 
 /// Starts `serve` with `args`, and reads its log until it listens or exits.
 fn spawn_serve(args: &[&str], envs: &[(&'static str, String)]) -> (std::process::Child, Started) {
-    let mut child = collector_binary()
-        .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-        ])
-        .args(["--metrics-addr", "127.0.0.1:0", "--pricing", PRICING])
+    let (child, grpc_addr, log) = Serve::new()
         .args(args)
         .envs(envs.iter().map(|(k, v)| (k, v)))
-        .stderr(Stdio::piped())
         .spawn()
-        .expect("start collector");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let mut log = Vec::new();
-    let listening = loop {
-        let Some(Ok(line)) = lines.next() else {
-            break Err(log);
-        };
-        let addr = line
-            .split("grpc_addr=")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|addr| addr.parse().ok());
-        log.push(line);
-        if let Some(addr) = addr {
-            break Ok((addr, log));
-        }
-    };
-    // Keep draining the log so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-    (child, listening)
+        .discard_log();
+    (child, grpc_addr.map(|addr| (addr, log.clone())).ok_or(log))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -588,22 +514,14 @@ fn bad_credentials_fail_at_start_and_nothing_is_accepted() {
         "{log}"
     );
 
-    let replay = collector_binary()
-        .args([
-            "replay",
-            "--pricing",
-            PRICING,
-            "--output",
-            "s3://lake/creds",
-            EXAMPLE,
-        ])
+    let replay = Replay::example()
+        .output("s3://lake/creds")
         .arg("--staging")
         .arg(state.path().join("replay"))
         .envs(env)
-        .output()
-        .expect("run replay");
-    let stderr = String::from_utf8_lossy(&replay.stderr);
-    assert_eq!(replay.status.code(), Some(2), "{stderr}");
+        .run();
+    let stderr = replay.stderr();
+    assert_eq!(replay.code(), Some(2), "{stderr}");
     assert!(stderr.contains("InvalidAccessKeyId"), "{stderr}");
     assert!(
         common::parquet_files(&state.path().join("replay")).is_empty(),
@@ -615,7 +533,7 @@ fn bad_credentials_fail_at_start_and_nothing_is_accepted() {
 fn an_output_with_an_unknown_scheme_or_no_wal_dir_is_refused_at_start() {
     let cwd = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        let output = collector_binary()
+        let output = binary()
             .current_dir(cwd.path())
             .args(args)
             .env_remove("RETRY_SPEND_OUTPUT_DIR")
@@ -735,25 +653,19 @@ fn replay_to(
     staging: &Path,
     args: &[&str],
     envs: Vec<(&'static str, String)>,
-) -> Command {
-    let mut command = collector_binary();
-    command
-        .args(["replay", "--pricing", PRICING, "--output", output])
+) -> Replay {
+    Replay::example()
+        .output(output)
         .arg("--staging")
         .arg(staging)
         .args(args)
-        .arg(EXAMPLE)
-        .envs(envs);
-    command
+        .envs(envs)
 }
 
-/// Runs `command` to its end: its exit code and standard error.
-fn ended(mut command: Command) -> (Option<i32>, String) {
-    let output = command.output().expect("run replay");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+/// Runs `replay` to its end: its exit code and standard error.
+fn ended(replay: Replay) -> (Option<i32>, String) {
+    let replayed = replay.run();
+    (replayed.code(), replayed.stderr())
 }
 
 #[test]
@@ -852,12 +764,7 @@ fn sigterm_during_an_upload_removes_the_staging_dir_and_exits_143() {
     let store = StubStore::start(PutAnswer::Hang);
     let state = tempfile::tempdir().unwrap();
     let staging = state.path().join("staging");
-    let mut command = replay_to("s3://lake/stopped", &staging, &[], store.env());
-    let child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start replay");
+    let running = replay_to("s3://lake/stopped", &staging, &[], store.env()).spawn();
     // The upload has begun: its request reached the store, which never answers.
     let put = store.puts.recv_timeout(DEADLINE).expect("an upload");
     assert!(put.starts_with("PUT /lake/stopped/attempts/"), "{put}");
@@ -865,10 +772,10 @@ fn sigterm_during_an_upload_removes_the_staging_dir_and_exits_143() {
         !common::parquet_files(&staging).is_empty(),
         "the file being uploaded is staged"
     );
-    signal(&child, "TERM");
-    let output = child.wait_with_output().expect("wait");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(143), "{stderr}");
+    signal(&running.child, "TERM");
+    let replayed = running.wait();
+    let stderr = replayed.stderr();
+    assert_eq!(replayed.code(), Some(143), "{stderr}");
     assert!(stderr.contains("replay stopped by SIGTERM"), "{stderr}");
     assert!(!staging.exists(), "the staging directory is gone");
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use common::collector::{config, EXAMPLE};
+use common::collector::{config, get, EXAMPLE};
 use common::read_table;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
@@ -175,7 +175,7 @@ async fn unwritable_output_refuses_then_recovers_and_loses_nothing() {
     assert_eq!(answers[0].0, 200, "accepted into the write-ahead log");
     collector.sync().await.unwrap();
 
-    let health = reqwest_get(collector.metrics_addr, "/healthz").await;
+    let health = get(collector.metrics_addr, "/healthz").await;
     assert_eq!(health.0, 503);
     assert!(health.1.contains("parquet"), "{}", health.1);
     let refused = post_all(collector.http_addr, vec![first[5].clone()]).await;
@@ -184,7 +184,7 @@ async fn unwritable_output_refuses_then_recovers_and_loses_nothing() {
 
     std::fs::remove_file(&blocker).unwrap();
     collector.sync().await.unwrap();
-    assert_eq!(reqwest_get(collector.metrics_addr, "/healthz").await.0, 200);
+    assert_eq!(get(collector.metrics_addr, "/healthz").await.0, 200);
     let resumed = post_all(collector.http_addr, first[6..8].to_vec()).await;
     assert!(resumed.iter().all(|a| a.0 == 200), "{resumed:?}");
     stop(collector).await;
@@ -202,16 +202,6 @@ async fn unwritable_output_refuses_then_recovers_and_loses_nothing() {
         counts.len(),
         rows_of_line(2) + rows_of_line(6) + rows_of_line(7)
     );
-}
-
-async fn reqwest_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let response = reqwest::blocking::get(url).unwrap();
-        (response.status().as_u16(), response.text().unwrap())
-    })
-    .await
-    .unwrap()
 }
 
 /// Whether this process runs as root (uid 0), read from /proc.
@@ -234,17 +224,28 @@ struct TinyDisk {
 }
 
 impl TinyDisk {
-    fn mount(bytes: u64) -> Option<TinyDisk> {
+    /// Mounts it, or fails saying why: mounting needs root.
+    fn mount(bytes: u64) -> TinyDisk {
+        assert!(
+            running_as_root(),
+            "this test mounts a tmpfs, which needs root: run it as root (as .ci/run is), or leave \
+             it ignored"
+        );
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("disk");
         std::fs::create_dir(&path).unwrap();
-        let status = std::process::Command::new("mount")
+        let mounted = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
             .arg(&path)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .ok()?;
-        status.success().then_some(TinyDisk { path, _dir: dir })
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run mount: {e}"));
+        assert!(
+            mounted.status.success(),
+            "running as root, yet a tmpfs could not be mounted ({}): {}",
+            mounted.status,
+            String::from_utf8_lossy(&mounted.stderr)
+        );
+        TinyDisk { path, _dir: dir }
     }
 }
 
@@ -268,19 +269,9 @@ fn fill(dir: &Path) -> std::path::PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root to mount a tmpfs (run by .ci/run)"]
 async fn full_disk_refuses_then_recovers_when_space_returns() {
-    // Mounting needs root, which this project's machines and CI have: there a failed mount is
-    // a failure. A developer's unprivileged run says it skipped.
-    let Some(disk) = TinyDisk::mount(4 * 1024 * 1024) else {
-        assert!(
-            !running_as_root(),
-            "running as root, yet a 4 MiB tmpfs could not be mounted"
-        );
-        eprintln!(
-            "SKIPPED full_disk_refuses_then_recovers_when_space_returns: not root, cannot mount a tmpfs"
-        );
-        return;
-    };
+    let disk = TinyDisk::mount(4 * 1024 * 1024);
     let output = disk.path.join("out");
     let collector = start(config(&output)).await.unwrap();
     let lines = requests(1);
@@ -294,14 +285,14 @@ async fn full_disk_refuses_then_recovers_when_space_returns() {
     let refused = post_all(collector.http_addr, vec![lines[5].clone()]).await;
     assert_eq!(refused[0].0, 503, "a full disk refuses new data");
     assert_eq!(refused[0].1.as_deref(), Some("5"));
-    let health = reqwest_get(collector.metrics_addr, "/healthz").await;
+    let health = get(collector.metrics_addr, "/healthz").await;
     assert_eq!(health.0, 503);
     assert!(health.1.contains("wal"), "{}", health.1);
 
     std::fs::remove_file(junk).unwrap();
     let resumed = post_all(collector.http_addr, vec![lines[6].clone()]).await;
     assert_eq!(resumed[0].0, 200, "accepted again once there is space");
-    assert_eq!(reqwest_get(collector.metrics_addr, "/healthz").await.0, 200);
+    assert_eq!(get(collector.metrics_addr, "/healthz").await.0, 200);
     stop(collector).await;
 
     let counts = row_counts(&output);

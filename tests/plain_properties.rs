@@ -5,16 +5,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
-use common::collector::{config, served_rows_and_metrics, PRICING};
+use common::collector::{config, served_rows_and_metrics};
 use common::plain::{self, PlainSpan};
+use common::replay::Replay;
 use common::spans::Rng;
 use common::Row;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use retry_spend_collector::engine::Engine;
-use retry_spend_collector::replay::{replay, ReplayOptions};
 
 const SEEDS: std::ops::Range<u64> = 1..11;
 const TRACES_PER_SEED: u64 = 40;
@@ -26,23 +24,7 @@ fn sorted(mut rows: Vec<Row>) -> Vec<Row> {
 
 /// The rows `replay` writes for the spans in lines cut at random.
 fn replayed(spans: &[PlainSpan], rng: &mut Rng) -> Vec<Row> {
-    let input = tempfile::tempdir().unwrap();
-    let file = input.path().join("spans.jsonl");
-    std::fs::write(&file, plain::jsonl(spans, rng)).unwrap();
-    let out = tempfile::tempdir().unwrap();
-    let engine = Engine {
-        book: retry_spend_collector::load::pricing_dir(Path::new(PRICING)).unwrap(),
-        ..Default::default()
-    };
-    replay(
-        &[file],
-        &engine,
-        out.path(),
-        ReplayOptions::default(),
-        |bad| panic!("a generated line is bad: {bad:?}"),
-    )
-    .unwrap();
-    sorted(common::read_table(out.path()).1)
+    sorted(Replay::new().jsonl(&plain::jsonl(spans, rng)).rows())
 }
 
 /// The rows `serve` writes with `workers` shards, and the spans it counted as duplicates. Every

@@ -4,11 +4,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-use common::collector::{config, example_requests, stop, EXAMPLE, PRICING};
+use common::child::{binary, stderr, succeeded};
+use common::collector::{config, example_requests, started, stop, PRICING};
 use common::otel::{by_service, export_grpc};
-use common::{read_table, Row};
+use common::replay::{Replay, Replayed};
+use common::Row;
 use retry_spend_collector::service::start;
 
 const VERSION: &str = "a42d372ccf0b5dd13ecf71203521f9d2";
@@ -55,19 +56,9 @@ fn policies_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
     dir
 }
 
-fn binary() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-}
-
-fn replay(output: &Path, policies: &Path) -> Output {
-    binary()
-        .args(["replay", "--pricing", PRICING, "--policies"])
-        .arg(policies)
-        .arg("--output")
-        .arg(output)
-        .arg(EXAMPLE)
-        .output()
-        .unwrap()
+/// `replay` of the example with the policies of `dir`.
+fn replay(dir: &Path) -> Replayed {
+    Replay::example().policies(dir).run()
 }
 
 fn rows_of<'a>(rows: &'a [Row], request: &str) -> Vec<&'a Row> {
@@ -79,14 +70,7 @@ fn rows_of<'a>(rows: &'a [Row], request: &str) -> Vec<&'a Row> {
 #[test]
 fn replay_with_policies_gives_requests_without_an_envelope_the_first_matching_one() {
     let policies = policies_dir(&[("10-legacy.toml", LEGACY), ("zz-default.toml", CATCH_ALL)]);
-    let out = tempfile::tempdir().unwrap();
-    let result = replay(out.path(), policies.path());
-    assert!(
-        result.status.success(),
-        "{}",
-        String::from_utf8_lossy(&result.stderr)
-    );
-    let (_, rows) = read_table(out.path());
+    let rows = replay(policies.path()).ok().rows();
 
     let legacy = rows_of(&rows, "req-no-envelope");
     assert_eq!(legacy.len(), 2);
@@ -129,9 +113,7 @@ fn replay_with_policies_gives_requests_without_an_envelope_the_first_matching_on
 #[test]
 fn replay_without_policies_leaves_requests_without_an_envelope_unaudited() {
     let policies = policies_dir(&[]);
-    let out = tempfile::tempdir().unwrap();
-    assert!(replay(out.path(), policies.path()).status.success());
-    let (_, rows) = read_table(out.path());
+    let rows = replay(policies.path()).ok().rows();
     let legacy = rows_of(&rows, "req-no-envelope");
     assert_eq!(legacy[1]["unaudited_reason"], "no_envelope");
     assert_eq!(legacy[1]["envelope_source"], "NULL");
@@ -143,25 +125,23 @@ fn replay_refuses_a_bad_policy_file_naming_file_and_key() {
         "bad.toml",
         "[[policy]]\nname = \"x\"\nmatch.servce = \"a\"\n[policy.envelope]\n",
     )]);
-    let out = tempfile::tempdir().unwrap();
-    let result = replay(out.path(), policies.path());
-    assert!(!result.status.success());
-    let stderr = String::from_utf8_lossy(&result.stderr);
+    let result = replay(policies.path());
+    assert!(!result.success());
+    let stderr = result.stderr();
     assert!(
         stderr.contains("bad.toml: policy[0].match.servce: unknown field"),
         "{stderr}"
     );
-    assert!(read_table(out.path()).1.is_empty(), "nothing is written");
+    assert!(result.rows().is_empty(), "nothing is written");
 }
 
 #[test]
 fn replay_refuses_a_named_policies_directory_that_is_missing() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope");
-    let out = tempfile::tempdir().unwrap();
-    let result = replay(out.path(), &missing);
-    assert!(!result.status.success());
-    let stderr = String::from_utf8_lossy(&result.stderr);
+    let result = replay(&missing);
+    assert!(!result.success());
+    let stderr = result.stderr();
     assert!(stderr.contains("nope"), "{stderr}");
 }
 
@@ -174,8 +154,7 @@ fn policy_check_lists_policies_in_matching_order_and_fails_on_errors() {
         .args(["--pricing", PRICING])
         .output()
         .unwrap();
-    assert!(result.status.success());
-    let stdout = String::from_utf8_lossy(&result.stdout);
+    let stdout = succeeded("policy check", &result);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{stdout}");
     assert!(
@@ -194,11 +173,7 @@ fn policy_check_lists_policies_in_matching_order_and_fails_on_errors() {
         .arg(Path::new(EXAMPLE_POLICY).parent().unwrap())
         .output()
         .unwrap();
-    assert!(
-        example.status.success(),
-        "{}",
-        String::from_utf8_lossy(&example.stderr)
-    );
+    succeeded("policy check of the examples", &example);
 
     let broken = policies_dir(&[(
         "bad.toml",
@@ -210,7 +185,7 @@ fn policy_check_lists_policies_in_matching_order_and_fails_on_errors() {
         .output()
         .unwrap();
     assert!(!result.status.success());
-    let stderr = String::from_utf8_lossy(&result.stderr);
+    let stderr = stderr(&result);
     assert!(
         stderr.contains("bad.toml: policy[0].match.model: "),
         "{stderr}"
@@ -230,10 +205,9 @@ fn legacy_named(name: &str) -> String {
 async fn reload_swaps_policies_and_a_broken_file_keeps_the_ones_in_use() {
     let policies = tempfile::tempdir().unwrap();
     write(policies.path(), "a.toml", &legacy_named("before"));
-    let out = tempfile::tempdir().unwrap();
-    let mut cfg = config(out.path());
-    cfg.processors.retry_spend.policies_dir = Some(policies.path().to_path_buf());
-    let collector = start(cfg).await.unwrap();
+    let (collector, out) =
+        started(|c| c.processors.retry_spend.policies_dir = Some(policies.path().to_path_buf()))
+            .await;
 
     write(
         policies.path(),
@@ -266,10 +240,9 @@ async fn reload_swaps_policies_and_a_broken_file_keeps_the_ones_in_use() {
 async fn requests_evaluated_after_a_reload_use_the_new_policies() {
     let policies = tempfile::tempdir().unwrap();
     write(policies.path(), "a.toml", &legacy_named("before"));
-    let out = tempfile::tempdir().unwrap();
-    let mut cfg = config(out.path());
-    cfg.processors.retry_spend.policies_dir = Some(policies.path().to_path_buf());
-    let collector = start(cfg).await.unwrap();
+    let (collector, out) =
+        started(|c| c.processors.retry_spend.policies_dir = Some(policies.path().to_path_buf()))
+            .await;
     write(policies.path(), "a.toml", &legacy_named("after"));
     let reloaded = collector.reload().await.unwrap();
     assert_eq!((reloaded.snapshots, reloaded.policies), (1, 1));

@@ -1,42 +1,20 @@
 //! `pricing import` and `pricing fetch` as a user runs them: the real binary, a feed on disk or
 //! served on 127.0.0.1, and `pricing check` on what they wrote.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Output;
+
+use common::child::{binary, run, stderr, stdout};
+use common::feed::serve;
 use rust_decimal::{Decimal, RoundingStrategy};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 const FEEDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/feeds");
 const AIWAVE_FILE: &str = "2026-08-22-a42d372ccf0b5dd13ecf71203521f9d2.json";
-
-fn run(args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"));
-    command.args(args).env_remove("RETRY_SPEND_PRICING_DIR");
-    // The fetch goes to 127.0.0.1 directly, whatever proxy the machine sets.
-    for proxy in [
-        "HTTP_PROXY",
-        "http_proxy",
-        "HTTPS_PROXY",
-        "https_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ] {
-        command.env_remove(proxy);
-    }
-    command.output().expect("run retry-spend-collector")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 fn feed(name: &str) -> String {
     format!("{FEEDS}/{name}")
@@ -49,7 +27,7 @@ fn sha256_hex(path: &Path) -> String {
 /// `pricing import --format FORMAT --checked-at 2026-08-22 --out OUT FILE`.
 fn import(format: &str, out: &Path, file: &str) -> Output {
     let out = out.to_str().unwrap();
-    run(&[
+    run([
         "pricing",
         "import",
         "--format",
@@ -63,7 +41,7 @@ fn import(format: &str, out: &Path, file: &str) -> Output {
 }
 
 fn pricing_check(dir: &Path) -> Output {
-    run(&["pricing", "check", dir.to_str().unwrap()])
+    run(["pricing", "check", dir.to_str().unwrap()])
 }
 
 #[test]
@@ -130,8 +108,7 @@ fn import_refuses_to_replace_a_different_snapshot_of_the_same_version_and_date()
 #[test]
 fn import_writes_into_the_pricing_directory_by_default() {
     let out = tempfile::tempdir().unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"));
-    let result = command
+    let result = binary()
         .args([
             "pricing",
             "import",
@@ -154,45 +131,13 @@ fn import_writes_into_the_pricing_directory_by_default() {
     assert!(stdout(&result).contains("left out: perplexity/pplx-online-preview: priced per call"));
 }
 
-/// Serves `body` at `/api/pricing` and a 503 at `/down` on 127.0.0.1, for the test's lifetime.
-fn serve(body: Vec<u8>) -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            let app = axum::Router::new()
-                .route(
-                    "/api/pricing",
-                    axum::routing::get(move || async move { body }),
-                )
-                .route(
-                    "/down",
-                    axum::routing::get(|| async {
-                        (
-                            http::StatusCode::SERVICE_UNAVAILABLE,
-                            "upstream unavailable",
-                        )
-                    }),
-                );
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    addr
-}
-
 #[test]
 fn fetch_downloads_a_feed_into_a_snapshot() {
     let body = std::fs::read(feed("openrouter.json")).unwrap();
     let addr = serve(body.clone());
     let url = format!("http://{addr}/api/pricing");
     let out = tempfile::tempdir().unwrap();
-    let result = run(&[
+    let result = run([
         "pricing",
         "fetch",
         "--format",
@@ -230,7 +175,7 @@ fn fetch_of_a_non_2xx_answer_is_a_clear_error_and_writes_nothing() {
     let addr = serve(Vec::new());
     let url = format!("http://{addr}/down");
     let out = tempfile::tempdir().unwrap();
-    let result = run(&[
+    let result = run([
         "pricing",
         "fetch",
         "--format",

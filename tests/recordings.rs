@@ -8,13 +8,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::replay::Replay;
 use common::Row;
-use retry_spend_collector::engine::Engine;
-use retry_spend_collector::replay::{replay, ReplayOptions};
-use retry_spend_collector::rules::RulesConfig;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/instrumented");
-const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
 
 /// What the provider received, in order: (model, HTTP status).
 struct Truth {
@@ -63,25 +60,10 @@ fn recordings() -> Vec<(String, PathBuf, Truth)> {
 /// The rows `replay` writes for one recording under the catch-all policy, by request id and
 /// attempt index.
 fn replayed(spans: &Path) -> Vec<Row> {
-    let engine = Engine {
-        book: retry_spend_collector::load::pricing_dir(Path::new(PRICING)).unwrap(),
-        rules: RulesConfig::default(),
-        policies: retry_spend_collector::load::policies_dir(
-            &Path::new(FIXTURES).join("policies"),
-            true,
-        )
-        .unwrap(),
-    };
-    let out = tempfile::tempdir().unwrap();
-    replay(
-        &[spans.to_path_buf()],
-        &engine,
-        out.path(),
-        ReplayOptions::default(),
-        |bad| panic!("{bad}"),
-    )
-    .unwrap();
-    let (_, mut rows) = common::read_table(out.path());
+    let mut rows = Replay::new()
+        .policies(Path::new(FIXTURES).join("policies"))
+        .input(spans)
+        .rows();
     rows.sort_by_key(|r| {
         (
             r["request_id"].clone(),

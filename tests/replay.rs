@@ -3,39 +3,14 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 
 use arrow_schema::{DataType, TimeUnit};
-use common::{read_table, temporary_files, usd, Row};
+use common::child::{run, succeeded};
+use common::collector::{EXAMPLE, PRICING};
+use common::replay::Replay;
+use common::{temporary_files, usd};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
-
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
-const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
-
-fn replay(output: &Path, inputs: &[&Path]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-        .arg("replay")
-        .arg("--pricing")
-        .arg(PRICING)
-        .arg("--output")
-        .arg(output)
-        .args(inputs)
-        .output()
-        .expect("run retry-spend-collector")
-}
-
-fn replay_ok(inputs: &[&Path]) -> (tempfile::TempDir, Vec<Row>) {
-    let out = tempfile::tempdir().unwrap();
-    let result = replay(out.path(), inputs);
-    assert!(
-        result.status.success(),
-        "replay failed: {}",
-        String::from_utf8_lossy(&result.stderr)
-    );
-    let (_, rows) = read_table(out.path());
-    (out, rows)
-}
 
 /// (request, attempt, decision, spend class, unaudited reason, cumulative USD, violations)
 const EXPECTED: &[(&str, &str, &str, &str, &str, &str, &str)] = &[
@@ -268,7 +243,8 @@ const EXPECTED: &[(&str, &str, &str, &str, &str, &str, &str)] = &[
 
 #[test]
 fn example_spans_give_the_rows_the_spec_predicts() {
-    let (out, rows) = replay_ok(&[Path::new(EXAMPLE)]);
+    let replayed = Replay::example().run().ok();
+    let rows = replayed.rows();
     assert_eq!(rows.len(), EXPECTED.len());
     for &(request, index, decision, class, reason, cumulative, violations) in EXPECTED {
         let row = rows
@@ -294,12 +270,12 @@ fn example_spans_give_the_rows_the_spec_predicts() {
         );
         assert_eq!(row["_partition"], "date=2026-08-25");
     }
-    assert!(temporary_files(out.path()).is_empty());
+    assert!(temporary_files(replayed.out()).is_empty());
 }
 
 #[test]
 fn a_retry_row_carries_every_figure() {
-    let (_out, rows) = replay_ok(&[Path::new(EXAMPLE)]);
+    let rows = Replay::example().rows();
     let row = rows
         .iter()
         .find(|r| r["request_id"] == "req-glm-retry" && r["attempt_index"] == "1")
@@ -358,9 +334,7 @@ fn a_retry_row_carries_every_figure() {
 
 #[test]
 fn schema_has_the_spec_columns_and_types() {
-    let out = tempfile::tempdir().unwrap();
-    assert!(replay(out.path(), &[Path::new(EXAMPLE)]).status.success());
-    let (schema, _) = read_table(out.path());
+    let (schema, _) = Replay::example().run().ok().table();
     let schema = schema.expect("a parquet file");
     let utf8 = DataType::Utf8;
     let money = DataType::Decimal128(38, 18);
@@ -460,7 +434,7 @@ fn schema_has_the_spec_columns_and_types() {
 
 #[test]
 fn attempt_and_envelope_sources_name_how_each_row_was_found() {
-    let (_out, rows) = replay_ok(&[Path::new(EXAMPLE)]);
+    let rows = Replay::example().rows();
     for row in &rows {
         let request = row["request_id"].as_str();
         let expected = match request {
@@ -532,17 +506,17 @@ fn gcd(a: usize, b: usize) -> usize {
 
 #[test]
 fn split_and_shuffled_spans_give_the_same_rows() {
-    let (_a, whole) = replay_ok(&[Path::new(EXAMPLE)]);
+    let whole = Replay::example().rows();
     let input = tempfile::tempdir().unwrap();
     let shuffled = one_span_per_line_shuffled(input.path());
-    let (_b, split) = replay_ok(&[&shuffled]);
+    let split = Replay::new().input(&shuffled).rows();
     assert_eq!(whole, split);
 }
 
 #[test]
 fn spans_resent_by_an_exporter_retry_are_counted_once() {
-    let (_a, once) = replay_ok(&[Path::new(EXAMPLE)]);
-    let (_b, twice) = replay_ok(&[Path::new(EXAMPLE), Path::new(EXAMPLE)]);
+    let once = Replay::example().rows();
+    let twice = Replay::example().input(EXAMPLE).rows();
     assert_eq!(once, twice);
 }
 
@@ -555,53 +529,34 @@ fn malformed_line_is_reported_and_the_rest_processed() {
     let input = dir.path().join("broken.jsonl");
     std::fs::write(&input, lines.join("\n")).unwrap();
 
-    let out = tempfile::tempdir().unwrap();
-    let result = replay(out.path(), &[&input]);
-    assert_eq!(result.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&result.stderr);
+    let result = Replay::new().input(&input).run();
+    assert_eq!(result.code(), Some(1));
+    let stderr = result.stderr();
     assert!(
         stderr.contains(&format!("{}:2: ", input.display())),
         "{stderr}"
     );
-    let (_, rows) = read_table(out.path());
-    assert_eq!(rows.len(), EXPECTED.len());
+    assert_eq!(result.rows().len(), EXPECTED.len());
 }
 
 #[test]
 fn stdin_is_read_with_a_dash() {
-    let out = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-        .args(["replay", "--pricing", PRICING, "--output"])
-        .arg(out.path())
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(&std::fs::read(EXAMPLE).unwrap()).unwrap();
-    }
-    let result = child.wait_with_output().unwrap();
-    assert!(result.status.success());
-    let stdout = String::from_utf8_lossy(&result.stdout);
+    let result = Replay::new()
+        .stdin(std::fs::read(EXAMPLE).unwrap())
+        .run()
+        .ok();
+    let stdout = result.stdout();
     assert!(
         stdout.contains("evaluated 12 requests into 25 rows"),
         "{stdout}"
     );
     assert!(stdout.contains("over_envelope    1"), "{stdout}");
-    assert_eq!(read_table(out.path()).1.len(), EXPECTED.len());
+    assert_eq!(result.rows().len(), EXPECTED.len());
 }
 
 #[test]
 fn pricing_check_lists_the_shipped_snapshot() {
-    let result = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-        .args(["pricing", "check", PRICING])
-        .output()
-        .unwrap();
-    assert!(result.status.success());
-    let stdout = String::from_utf8_lossy(&result.stdout);
+    let stdout = succeeded("pricing check", &run(["pricing", "check", PRICING]));
     assert!(
         stdout.contains("a42d372ccf0b5dd13ecf71203521f9d2  checked 2026-08-22"),
         "{stdout}"
@@ -618,11 +573,7 @@ fn pricing_check_fails_naming_file_and_field() {
         good.replace("\"0.775\"", "\"0.77.5\""),
     )
     .unwrap();
-    let result = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-        .args(["pricing", "check"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let result = run([Path::new("pricing"), Path::new("check"), dir.path()]);
     assert!(!result.status.success());
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(
@@ -650,7 +601,7 @@ fn nan_and_infinite_doubles_in_json_count_as_missing_not_as_a_bad_line() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("nan.jsonl");
     std::fs::write(&input, format!("{line}\n{logical}\n")).unwrap();
-    let (_out, rows) = replay_ok(&[&input]);
+    let rows = Replay::new().input(&input).rows();
     let retry = rows.iter().find(|r| r["attempt_index"] == "1").unwrap();
     assert_eq!(retry["sdk_estimated_incremental_usd"], "NULL");
     assert_eq!(retry["sdk_remaining_envelope_usd"], "NULL");
@@ -679,10 +630,9 @@ fn long_inputs_parsed_in_parallel_give_the_rows_of_the_short_one() {
     let input = dir.path().join("long.jsonl");
     std::fs::write(&input, lines.join("\n")).unwrap();
 
-    let out = tempfile::tempdir().unwrap();
-    let result = replay(out.path(), &[&input]);
-    assert_eq!(result.status.code(), Some(1), "bad lines were reported");
-    let stderr = String::from_utf8_lossy(&result.stderr);
+    let result = Replay::new().input(&input).run();
+    assert_eq!(result.code(), Some(1), "bad lines were reported");
+    let stderr = result.stderr();
     for (number, line) in lines.iter().enumerate() {
         if line == "{not json" {
             assert!(
@@ -692,9 +642,7 @@ fn long_inputs_parsed_in_parallel_give_the_rows_of_the_short_one() {
             );
         }
     }
-    let (_, rows) = read_table(out.path());
-    let (_, expected) = replay_ok(&[Path::new(EXAMPLE)]);
-    assert_eq!(rows, expected);
+    assert_eq!(result.rows(), Replay::example().rows());
 }
 
 /// The rows of the example and of a large generated input, pinned as digests of every column
@@ -710,11 +658,10 @@ const GENERATED_ROWS: usize = 19_175;
 
 #[test]
 fn rows_are_those_of_the_pinned_digests() {
-    let (_out, example) = replay_ok(&[Path::new(EXAMPLE)]);
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("generated.jsonl");
-    std::fs::write(&input, common::spans::jsonl(8, GENERATED_SPANS)).unwrap();
-    let (_out, generated) = replay_ok(&[&input]);
+    let example = Replay::example().rows();
+    let generated = Replay::new()
+        .jsonl(&common::spans::jsonl(8, GENERATED_SPANS))
+        .rows();
     assert!(
         generated.len() > GENERATED_SPANS / 2,
         "{} rows",
@@ -743,25 +690,12 @@ fn rows_are_those_of_the_pinned_digests() {
 /// was evaluated is judged as a late one, never dropped).
 #[test]
 fn a_small_budget_evaluates_early_and_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("generated.jsonl");
-    std::fs::write(&input, common::spans::jsonl(8, GENERATED_SPANS)).unwrap();
-    let out = tempfile::tempdir().unwrap();
-    let result = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-        .args([
-            "replay",
-            "--max-pending-bytes",
-            "1048576",
-            "--pricing",
-            PRICING,
-        ])
-        .arg("--output")
-        .arg(out.path())
-        .arg(&input)
-        .output()
-        .unwrap();
-    assert!(result.status.success());
-    let stdout = String::from_utf8_lossy(&result.stdout);
+    let result = Replay::new()
+        .jsonl(&common::spans::jsonl(8, GENERATED_SPANS))
+        .args(["--max-pending-bytes", "1048576"])
+        .run()
+        .ok();
+    let stdout = result.stdout();
     let early: u64 = stdout
         .lines()
         .filter(|l| l.contains("before the input ended"))
@@ -774,6 +708,6 @@ fn a_small_budget_evaluates_early_and_says_so() {
         })
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(early > 0, "{stdout}");
-    let (_, rows) = read_table(out.path());
+    let rows = result.rows();
     assert!(rows.len() >= GENERATED_ROWS, "{} rows", rows.len());
 }

@@ -6,15 +6,15 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use common::{read_table, usd, Row};
+use common::replay::Replay;
+use common::spans::kv_text;
+use common::{usd, Row};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use retry_spend_collector::contract::otlp_json::parse_request;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/instrumented");
-const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
 
 /// What a service might stamp on its GenAI spans (a span processor, say): 0.005 USD and two
 /// retries, falling back to glm or qwen allowed. A try of glm-5 plans
@@ -312,13 +312,8 @@ fn with_envelope(mut exports: Vec<ExportTraceServiceRequest>) -> Vec<ExportTrace
         .flat_map(|ss| &mut ss.spans)
     {
         if has(&span.attributes, "gen_ai.request.model") {
-            span.attributes.push(KeyValue {
-                key: "retry_spend.envelope".into(),
-                value: Some(AnyValue {
-                    value: Some(any_value::Value::StringValue(ENVELOPE.into())),
-                }),
-                ..Default::default()
-            });
+            span.attributes
+                .push(kv_text("retry_spend.envelope", ENVELOPE));
         }
     }
     exports
@@ -326,26 +321,7 @@ fn with_envelope(mut exports: Vec<ExportTraceServiceRequest>) -> Vec<ExportTrace
 
 /// Replays `exports` written one per line and returns the rows in attempt order.
 fn replay(exports: &[ExportTraceServiceRequest]) -> Vec<Row> {
-    let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("input.jsonl");
-    let text: String = exports
-        .iter()
-        .map(|e| serde_json::to_string(e).unwrap() + "\n")
-        .collect();
-    std::fs::write(&input, text).unwrap();
-    let out = dir.path().join("out");
-    let result = Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-        .args(["replay", "--pricing", PRICING, "--output"])
-        .arg(&out)
-        .arg(&input)
-        .output()
-        .unwrap();
-    assert!(
-        result.status.success(),
-        "replay failed: {}",
-        String::from_utf8_lossy(&result.stderr)
-    );
-    let (_, mut rows) = read_table(&out);
+    let mut rows = Replay::new().exports(exports).rows();
     rows.sort_by_key(|r| r["attempt_index"].parse::<i32>().unwrap());
     rows
 }

@@ -5,44 +5,19 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 
+use common::child::{binary, succeeded};
+use common::collector::EXAMPLE;
+use common::replay::Replay;
 use common::s3::S3Server;
 use rust_decimal::Decimal;
 use serde_json::Value;
 
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
-const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
 const BUCKET: &str = "lake";
 
-fn collector() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_retry-spend-collector"))
-}
-
-fn succeeded(what: &str, output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "{what} failed ({}): {}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout.clone()).expect("UTF-8 output")
-}
-
-/// Replays `inputs` into `output` (a directory or URL) with the shipped pricing.
-fn replay(output: &str, inputs: &[&Path], envs: &[(&str, String)]) {
-    let result = collector()
-        .args(["replay", "--pricing", PRICING, "--output", output])
-        .args(inputs)
-        .envs(envs.iter().map(|(k, v)| (k, v)))
-        .output()
-        .expect("run replay");
-    succeeded("replay", &result);
-}
-
 fn report(location: &str, args: &[&str], envs: &[(&str, String)]) -> String {
-    let result = collector()
+    let result = binary()
         .arg("report")
         .arg(location)
         .args(args)
@@ -315,15 +290,11 @@ fn figures(mut json: Value) -> Value {
 #[ignore = "needs Python's duckdb (run by .ci/run)"]
 fn the_example_replayed_twice_into_one_output_is_reported_once_with_the_copies_left_out() {
     let once = tempfile::tempdir().unwrap();
-    replay(
-        &once.path().display().to_string(),
-        &[Path::new(EXAMPLE)],
-        &[],
-    );
+    Replay::example().output(once.path()).run().ok();
     let twice = tempfile::tempdir().unwrap();
     let location = twice.path().display().to_string();
-    replay(&location, &[Path::new(EXAMPLE)], &[]);
-    replay(&location, &[Path::new(EXAMPLE)], &[]);
+    Replay::example().output(&location).run().ok();
+    Replay::example().output(&location).run().ok();
     assert_eq!(table_files(twice.path()).len(), 2);
 
     let json = assert_report_matches_duckdb(twice.path(), 100);
@@ -367,14 +338,7 @@ fn of_two_replays_that_disagree_the_file_modified_last_is_reported() {
     let fresh = tempfile::tempdir().unwrap();
     let both = tempfile::tempdir().unwrap();
     let run = |output: &Path, args: &[&str]| {
-        let result = collector()
-            .args(["replay", "--pricing", PRICING, "--output"])
-            .arg(output)
-            .args(args)
-            .arg(EXAMPLE)
-            .output()
-            .expect("run replay");
-        succeeded("replay", &result);
+        Replay::example().output(output).args(args).run().ok();
     };
     // Pricing checked any day before the spans is stale: every retry is unaudited.
     run(stale.path(), &["--max-pricing-age-days", "0"]);
@@ -409,11 +373,7 @@ fn of_two_replays_that_disagree_the_file_modified_last_is_reported() {
 #[ignore = "needs Python's duckdb (run by .ci/run)"]
 fn the_example_report_matches_duckdb_over_the_same_files() {
     let out = tempfile::tempdir().unwrap();
-    replay(
-        &out.path().display().to_string(),
-        &[Path::new(EXAMPLE)],
-        &[],
-    );
+    Replay::example().output(out.path()).run().ok();
     let json = assert_report_matches_duckdb(out.path(), 100);
     // The figures README.md shows for this example.
     assert_eq!(json["total"]["attempts"], 25);
@@ -468,7 +428,7 @@ fn a_year_of_generated_requests_reports_what_duckdb_computes() {
     let dir = tempfile::tempdir().unwrap();
     let input = many_months_of_requests(dir.path(), 40);
     let out = tempfile::tempdir().unwrap();
-    replay(&out.path().display().to_string(), &[&input], &[]);
+    Replay::new().input(&input).output(out.path()).run().ok();
     let json = assert_report_matches_duckdb(out.path(), 25);
     assert_eq!(json["total"]["attempts"], 25 * 40);
     let months: std::collections::BTreeSet<&str> = json["by_month"]
@@ -485,7 +445,7 @@ fn a_year_of_generated_requests_reports_what_duckdb_computes() {
 fn every_format_reports_the_same_total() {
     let out = tempfile::tempdir().unwrap();
     let location = out.path().display().to_string();
-    replay(&location, &[Path::new(EXAMPLE)], &[]);
+    Replay::example().output(&location).run().ok();
 
     let table = report(&location, &[], &[]);
     let total = table
@@ -522,7 +482,7 @@ fn every_format_reports_the_same_total() {
 #[test]
 fn a_foreign_file_or_an_empty_location_fails_naming_it() {
     let out = tempfile::tempdir().unwrap();
-    let empty = collector().arg("report").arg(out.path()).output().unwrap();
+    let empty = binary().arg("report").arg(out.path()).output().unwrap();
     assert_eq!(empty.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&empty.stderr);
     assert!(stderr.contains("no Parquet files"), "{stderr}");
@@ -531,7 +491,7 @@ fn a_foreign_file_or_an_empty_location_fails_naming_it() {
     std::fs::create_dir_all(&partition).unwrap();
     let foreign = partition.join("part-other.parquet");
     std::fs::write(&foreign, b"PAR1 but not really").unwrap();
-    let bad = collector().arg("report").arg(out.path()).output().unwrap();
+    let bad = binary().arg("report").arg(out.path()).output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(
@@ -546,29 +506,22 @@ fn a_foreign_file_or_an_empty_location_fails_naming_it() {
 fn a_closed_stdout_ends_replay_and_report_quietly() {
     let out = tempfile::tempdir().unwrap();
     let location = out.path().display().to_string();
-    replay(&location, &[Path::new(EXAMPLE)], &[]);
+    Replay::example().output(&location).run().ok();
     let closed = || {
         let (reader, writer) = std::io::pipe().expect("pipe");
         drop(reader);
         Stdio::from(writer)
     };
-    let output_dir = tempfile::tempdir().unwrap();
-    let runs = [
-        collector()
-            .args(["report", &location])
-            .stdout(closed())
-            .stderr(Stdio::piped())
-            .output(),
-        collector()
-            .args(["replay", "--pricing", PRICING, "--output"])
-            .arg(output_dir.path())
-            .arg(EXAMPLE)
-            .stdout(closed())
-            .stderr(Stdio::piped())
-            .output(),
-    ];
-    for run in runs {
-        let run = run.expect("run");
+    let report = binary()
+        .args(["report", &location])
+        .stdout(closed())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run report");
+    let replay = Replay::example().with(move |c| {
+        c.stdout(closed());
+    });
+    for run in [report, replay.run().output] {
         let stderr = String::from_utf8_lossy(&run.stderr);
         assert!(run.status.success(), "{}: {stderr}", run.status);
         assert!(!stderr.contains("panicked"), "{stderr}");
@@ -583,24 +536,18 @@ fn report_reads_an_object_store_prefix_like_a_directory() {
     let env = server.env();
     let staging = tempfile::tempdir().unwrap();
     let replay_to_s3 = |prefix: &str| {
-        let result = collector()
-            .args(["replay", "--pricing", PRICING, "--output", prefix])
+        Replay::example()
+            .output(prefix)
             .arg("--staging")
             .arg(staging.path())
-            .arg(EXAMPLE)
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .output()
-            .expect("run replay");
-        succeeded("replay to S3", &result);
+            .run()
+            .ok();
     };
     replay_to_s3("s3://lake/llm/retries");
 
     let local = tempfile::tempdir().unwrap();
-    replay(
-        &local.path().display().to_string(),
-        &[Path::new(EXAMPLE)],
-        &[],
-    );
+    Replay::example().output(local.path()).run().ok();
     let args = ["--format", "json", "--top", "100"];
     let expected = report(&local.path().display().to_string(), &args, &[]);
     assert_eq!(report("s3://lake/llm/retries", &args, &env), expected);
@@ -618,7 +565,7 @@ fn report_reads_an_object_store_prefix_like_a_directory() {
     assert_eq!(doubled["duplicate_rows_left_out"], 25);
     assert_eq!(figures(doubled), figures(json(expected)));
 
-    let missing = collector()
+    let missing = binary()
         .args(["report", "s3://lake/nothing-here"])
         .envs(env.iter().map(|(k, v)| (k, v)))
         .output()

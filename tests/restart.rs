@@ -9,13 +9,14 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::child::{signal, start as start_child};
+use common::child::start as start_child;
 use common::collector::{config, stop};
 use common::otel::{export_grpc, span_data};
+use common::spans::{kv, kv_int, kv_text};
 use common::{read_table, wal_segments, Row};
 use opentelemetry::InstrumentationScope;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use retry_spend_collector::pipeline::shard_of;
 use retry_spend_collector::service::start;
@@ -25,18 +26,6 @@ const REQUESTS: u8 = 8;
 /// 2026-08-25T12:00:00Z, three days after the shipped snapshot: fresh pricing.
 const T0: u64 = 1_787_659_200_000_000_000;
 const SERVICE: &str = "support-bot";
-
-fn kv(key: &str, value: Value) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    }
-}
-
-fn text(key: &str, value: &str) -> KeyValue {
-    kv(key, Value::StringValue(value.into()))
-}
 
 fn trace_id(n: u8) -> Vec<u8> {
     let mut id = vec![0x5e; 16];
@@ -54,23 +43,20 @@ fn first_attempt(n: u8) -> Vec<Span> {
         start_time_unix_nano: T0,
         end_time_unix_nano: T0 + 4_000_000_000,
         attributes: vec![
-            text("retry_spend.span.role", "logical_request"),
-            text("retry_spend.request.id", &format!("restart-{n}")),
-            text(
+            kv_text("retry_spend.span.role", "logical_request"),
+            kv_text("retry_spend.request.id", &format!("restart-{n}")),
+            kv_text(
                 "retry_spend.pricing.source",
                 "https://aiwave.live/api/pricing",
             ),
-            text("retry_spend.pricing.checked_at", "2026-08-22"),
-            text(
+            kv_text("retry_spend.pricing.checked_at", "2026-08-22"),
+            kv_text(
                 "retry_spend.pricing.version",
                 "a42d372ccf0b5dd13ecf71203521f9d2",
             ),
-            text("retry_spend.billing_group", "vip"),
-            text("retry_spend.envelope.max_incremental_usd", "0.015"),
-            kv(
-                "retry_spend.envelope.max_attempts_after_first",
-                Value::IntValue(1),
-            ),
+            kv_text("retry_spend.billing_group", "vip"),
+            kv_text("retry_spend.envelope.max_incremental_usd", "0.015"),
+            kv_int("retry_spend.envelope.max_attempts_after_first", 1),
             kv(
                 "retry_spend.envelope.allow_family_fallback",
                 Value::BoolValue(true),
@@ -86,7 +72,7 @@ fn first_attempt(n: u8) -> Vec<Span> {
                         .collect(),
                 }),
             ),
-            kv("retry_spend.attempt_count", Value::IntValue(1)),
+            kv_int("retry_spend.attempt_count", 1),
         ],
         ..Default::default()
     };
@@ -100,21 +86,18 @@ fn late_retry(n: u8) -> Vec<Span> {
 
 fn attempt(n: u8, index: u8, model: &str) -> Span {
     let mut attributes = vec![
-        text("retry_spend.span.role", "attempt"),
-        text("retry_spend.request.id", &format!("restart-{n}")),
-        kv("retry_spend.attempt.index", Value::IntValue(index.into())),
-        text("gen_ai.request.model", model),
-        kv("gen_ai.usage.input_tokens", Value::IntValue(10_000)),
-        kv(
-            "gen_ai.usage.cache_read.input_tokens",
-            Value::IntValue(4_000),
-        ),
-        kv("gen_ai.request.max_tokens", Value::IntValue(800)),
+        kv_text("retry_spend.span.role", "attempt"),
+        kv_text("retry_spend.request.id", &format!("restart-{n}")),
+        kv_int("retry_spend.attempt.index", index.into()),
+        kv_text("gen_ai.request.model", model),
+        kv_int("gen_ai.usage.input_tokens", 10_000),
+        kv_int("gen_ai.usage.cache_read.input_tokens", 4_000),
+        kv_int("gen_ai.request.max_tokens", 800),
     ];
     if index == 0 {
-        attributes.push(text("error.type", "timeout"));
+        attributes.push(kv_text("error.type", "timeout"));
     } else {
-        attributes.push(kv("gen_ai.usage.output_tokens", Value::IntValue(500)));
+        attributes.push(kv_int("gen_ai.usage.output_tokens", 500));
     }
     let start = T0 + u64::from(index) * 2_000_000_000;
     Span {
@@ -254,7 +237,7 @@ async fn a_sigkill_between_a_requests_attempts_keeps_the_late_retrys_decision() 
     .unwrap();
     let output = dir.path().join("out");
     let args = ["--config", config_file.to_str().unwrap()];
-    let mut collector = start_child(&output, &args, &[]);
+    let collector = start_child(&output, &args, &[]);
     send(collector.grpc_addr, first_attempts()).await;
     let (out, wal) = (output.clone(), output.join("wal"));
     tokio::task::spawn_blocking(move || {
@@ -267,18 +250,11 @@ async fn a_sigkill_between_a_requests_attempts_keeps_the_late_retrys_decision() 
     })
     .await
     .unwrap();
-    signal(&collector.child, "KILL");
-    let _ = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap();
+    collector.kill().await;
 
-    let mut collector = start_child(&output, &args, &[]);
+    let collector = start_child(&output, &args, &[]);
     send(collector.grpc_addr, late_retries()).await;
-    signal(&collector.child, "TERM");
-    let status = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = collector.terminate().await;
     assert!(status.success(), "restarted collector exit status {status}");
     let rows = read_table(&output).1;
     assert_eq!(rows.len(), usize::from(REQUESTS) * 2, "every attempt once");
@@ -310,7 +286,7 @@ async fn a_sigkill_with_summaries_newer_than_the_files_writes_every_row_once() {
     std::fs::write(&config_file, "[exporters.parquet]\nmax_file_age = \"1h\"\n").unwrap();
     let output = dir.path().join("out");
     let args = ["--config", config_file.to_str().unwrap()];
-    let mut collector = start_child(&output, &args, &[]);
+    let collector = start_child(&output, &args, &[]);
     let empty = {
         let wal = output.join("wal");
         tokio::task::spawn_blocking(move || {
@@ -329,19 +305,12 @@ async fn a_sigkill_with_summaries_newer_than_the_files_writes_every_row_once() {
     })
     .await
     .unwrap();
-    signal(&collector.child, "KILL");
-    let _ = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap();
+    collector.kill().await;
     assert!(read_table(&output).1.is_empty(), "no file was complete");
 
-    let mut collector = start_child(&output, &args, &[]);
+    let collector = start_child(&output, &args, &[]);
     send(collector.grpc_addr, late_retries()).await;
-    signal(&collector.child, "TERM");
-    let status = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = collector.terminate().await;
     assert!(status.success(), "restarted collector exit status {status}");
     let rows = read_table(&output).1;
     assert_eq!(rows.len(), usize::from(REQUESTS) * 2, "every attempt once");

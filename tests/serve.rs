@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use common::collector::{
-    config, example_requests, replayed_rows, stop, EXAMPLE_ROWS, EXAMPLE_SPANS,
+    example_requests, get, replayed_rows, started, stop, EXAMPLE_ROWS, EXAMPLE_SPANS,
 };
 use common::otel::{by_service, export_grpc, export_http, ServiceBatch};
 use common::usd;
@@ -19,7 +19,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use retry_spend_collector::service::start;
 
 /// One span per batch, in a fixed scrambled order.
 fn one_span_per_call_shuffled(batches: Vec<ServiceBatch>) -> Vec<ServiceBatch> {
@@ -38,8 +37,7 @@ fn one_span_per_call_shuffled(batches: Vec<ServiceBatch>) -> Vec<ServiceBatch> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_export_in_one_call_gives_the_replay_rows() {
-    let out = tempfile::tempdir().unwrap();
-    let collector = start(config(out.path())).await.unwrap();
+    let (collector, out) = started(|_| {}).await;
     export_grpc(collector.grpc_addr, by_service(&example_requests())).await;
     let rows = stop(collector, out.path()).await;
     assert_eq!(rows.len(), EXAMPLE_ROWS);
@@ -48,8 +46,7 @@ async fn grpc_export_in_one_call_gives_the_replay_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_one_span_per_call_in_shuffled_order_gives_the_replay_rows() {
-    let out = tempfile::tempdir().unwrap();
-    let collector = start(config(out.path())).await.unwrap();
+    let (collector, out) = started(|_| {}).await;
     let batches = one_span_per_call_shuffled(by_service(&example_requests()));
     assert_eq!(batches.len(), EXAMPLE_SPANS);
     export_grpc(collector.grpc_addr, batches).await;
@@ -58,8 +55,7 @@ async fn grpc_one_span_per_call_in_shuffled_order_gives_the_replay_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_protobuf_one_span_per_call_gives_the_replay_rows() {
-    let out = tempfile::tempdir().unwrap();
-    let collector = start(config(out.path())).await.unwrap();
+    let (collector, out) = started(|_| {}).await;
     let batches = one_span_per_call_shuffled(by_service(&example_requests()));
     let addr = collector.http_addr;
     tokio::task::spawn_blocking(move || export_http(addr, Protocol::HttpBinary, batches))
@@ -70,8 +66,7 @@ async fn http_protobuf_one_span_per_call_gives_the_replay_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_json_export_gives_the_replay_rows() {
-    let out = tempfile::tempdir().unwrap();
-    let collector = start(config(out.path())).await.unwrap();
+    let (collector, out) = started(|_| {}).await;
     let batches = by_service(&example_requests());
     let addr = collector.http_addr;
     tokio::task::spawn_blocking(move || export_http(addr, Protocol::HttpJson, batches))
@@ -84,8 +79,7 @@ async fn http_json_export_gives_the_replay_rows() {
 /// are evaluated; the third arrives after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_retry_gets_the_right_cumulative_and_decision() {
-    let out = tempfile::tempdir().unwrap();
-    let collector = start(config(out.path())).await.unwrap();
+    let (collector, out) = started(|_| {}).await;
     let requests = example_requests();
     let (service, spans) = by_service(&requests)
         .into_iter()
@@ -132,8 +126,7 @@ async fn late_retry_gets_the_right_cumulative_and_decision() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resent_batches_never_become_second_rows() {
-    let out = tempfile::tempdir().unwrap();
-    let collector = start(config(out.path())).await.unwrap();
+    let (collector, out) = started(|_| {}).await;
     let batches = by_service(&example_requests());
     export_grpc(collector.grpc_addr, batches.clone()).await;
     collector.sync().await.unwrap();
@@ -173,10 +166,9 @@ async fn every_span_is_forwarded_and_attempts_are_enriched() {
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
     );
 
-    let out = tempfile::tempdir().unwrap();
-    let mut config = config(out.path());
-    config.exporters.otlp_forward.endpoint = Some(format!("http://{downstream_addr}"));
-    let collector = start(config).await.unwrap();
+    let (collector, out) =
+        started(|c| c.exporters.otlp_forward.endpoint = Some(format!("http://{downstream_addr}")))
+            .await;
     export_grpc(collector.grpc_addr, by_service(&example_requests())).await;
     let metrics = Arc::clone(&collector.metrics);
     let rows = stop(collector, out.path()).await;
@@ -243,16 +235,6 @@ async fn every_span_is_forwarded_and_attempts_are_enriched() {
     }
 }
 
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let response = reqwest::blocking::get(url).unwrap();
-        (response.status().as_u16(), response.text().unwrap())
-    })
-    .await
-    .unwrap()
-}
-
 fn metric(text: &str, series: &str) -> Option<String> {
     text.lines()
         .find_map(|l| {
@@ -264,8 +246,7 @@ fn metric(text: &str, series: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_what_was_sent_and_health_answers() {
-    let out = tempfile::tempdir().unwrap();
-    let collector = start(config(out.path())).await.unwrap();
+    let (collector, out) = started(|_| {}).await;
     export_grpc(collector.grpc_addr, by_service(&example_requests())).await;
     collector.sync().await.unwrap();
 
@@ -342,10 +323,7 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_http_input_gets_the_right_status_and_loses_nothing() {
     use prost::Message;
-    let out = tempfile::tempdir().unwrap();
-    let mut config = config(out.path());
-    config.receivers.otlp.max_request_bytes = 64 * 1024;
-    let collector = start(config).await.unwrap();
+    let (collector, out) = started(|c| c.receivers.otlp.max_request_bytes = 64 * 1024).await;
     let addr = collector.http_addr;
     let requests = example_requests();
     let (first, rest) = requests.split_at(1);
@@ -476,10 +454,7 @@ async fn raw_grpc_export(addr: SocketAddr, body: Vec<u8>) -> Result<Vec<u8>, ton
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_grpc_input_is_refused_and_the_server_keeps_serving() {
-    let out = tempfile::tempdir().unwrap();
-    let mut config = config(out.path());
-    config.receivers.otlp.max_request_bytes = 64 * 1024;
-    let collector = start(config).await.unwrap();
+    let (collector, out) = started(|c| c.receivers.otlp.max_request_bytes = 64 * 1024).await;
     let addr = collector.grpc_addr;
     let batches = by_service(&example_requests());
     let (first, rest) = batches.split_at(1);
@@ -504,10 +479,7 @@ async fn bad_grpc_input_is_refused_and_the_server_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_write_ahead_log_rows_are_the_same() {
-    let out = tempfile::tempdir().unwrap();
-    let mut config = config(out.path());
-    config.wal.enabled = false;
-    let collector = start(config).await.unwrap();
+    let (collector, out) = started(|c| c.wal.enabled = false).await;
     export_grpc(collector.grpc_addr, by_service(&example_requests())).await;
     assert_eq!(stop(collector, out.path()).await, replayed_rows());
     let wal = out.path().join("wal");
@@ -516,10 +488,7 @@ async fn without_the_write_ahead_log_rows_are_the_same() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sink_none_acknowledges_and_discards() {
-    let out = tempfile::tempdir().unwrap();
-    let mut config = config(out.path());
-    config.exporters.parquet.enabled = false;
-    let collector = start(config).await.unwrap();
+    let (collector, out) = started(|c| c.exporters.parquet.enabled = false).await;
     export_grpc(collector.grpc_addr, by_service(&example_requests())).await;
     let metrics = Arc::clone(&collector.metrics);
     assert!(stop(collector, out.path()).await.is_empty());

@@ -67,22 +67,7 @@ async fn plain_instrumentation_gives_the_replay_rows_in_serve() {
     files.sort();
     assert!(files.len() >= 20, "the recordings are there");
     for file in files {
-        let replayed = tempfile::tempdir().unwrap();
-        retry_spend_collector::replay::replay(
-            std::slice::from_ref(&file),
-            &retry_spend_collector::engine::Engine {
-                book: retry_spend_collector::load::pricing_dir(std::path::Path::new(
-                    common::collector::PRICING,
-                ))
-                .unwrap(),
-                ..Default::default()
-            },
-            replayed.path(),
-            retry_spend_collector::replay::ReplayOptions::default(),
-            |_| {},
-        )
-        .unwrap();
-        let expected = common::read_table(replayed.path()).1;
+        let expected = common::replay::Replay::new().input(&file).rows();
         // A recording whose spans do not show the tries (its truth file says so) has none.
         let truth = file.with_extension("truth.json");
         let shows_tries = std::fs::read_to_string(&truth).map_or(true, |text| {

@@ -26,7 +26,7 @@ fn exporter(addr: std::net::SocketAddr) -> opentelemetry_otlp::SpanExporter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_burst_keeps_every_acknowledged_span() {
     let out = tempfile::tempdir().unwrap();
-    let mut collector = start(out.path(), &[], &[]);
+    let collector = start(out.path(), &[], &[]);
     let addr = collector.grpc_addr;
 
     let next = Arc::new(AtomicUsize::new(0));
@@ -65,10 +65,7 @@ async fn sigterm_during_a_burst_keeps_every_acknowledged_span() {
     for sender in senders {
         acknowledged.extend(sender.await.unwrap());
     }
-    let status = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = collector.exited().await;
     assert!(status.success(), "collector exit status {status}");
     assert!(
         acknowledged.len() >= REQUESTS / 2,
@@ -106,26 +103,21 @@ async fn sigterm_during_a_burst_keeps_every_acknowledged_span() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_pricing_and_policies_and_keeps_serving() {
     let out = tempfile::tempdir().unwrap();
-    let mut collector = start(out.path(), &[], &[]);
+    let collector = start(out.path(), &[], &[]);
     signal(&collector.child, "HUP");
-    let log = collector.log;
-    let reloaded = tokio::task::spawn_blocking(move || {
-        log.iter().any(|line| {
+    let (collector, reloaded) = collector
+        .logs(|line| {
             line.contains("pricing snapshots reloaded")
                 && line.contains("envelope policies reloaded")
         })
-    });
-    assert!(reloaded.await.unwrap(), "the reload is logged");
+        .await;
+    assert!(reloaded, "the reload is logged");
 
     exporter(collector.grpc_addr)
         .export(request(1, false))
         .await
         .expect("still serving after SIGHUP");
-    signal(&collector.child, "TERM");
-    let status = tokio::task::spawn_blocking(move || collector.child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = collector.terminate().await;
     assert!(status.success());
     assert_eq!(read_table(out.path()).1.len(), 2);
 }

@@ -1,20 +1,17 @@
 //! The in-process collector on ephemeral loopback ports, and the example spans it is fed.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use retry_spend_collector::config::Config;
-use retry_spend_collector::engine::Engine;
-use retry_spend_collector::replay::{replay, ReplayOptions};
-use retry_spend_collector::rules::RulesConfig;
 use retry_spend_collector::service::{start, Collector};
 
 use super::{read_table, temporary_files, Row};
 
 pub const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/retries.jsonl");
-pub const PRICING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/pricing");
+pub use super::child::PRICING;
 /// Spans in the example file, and the attempt rows they make.
 pub const EXAMPLE_SPANS: usize = 37;
 pub const EXAMPLE_ROWS: usize = 25;
@@ -41,21 +38,16 @@ pub fn example_requests() -> Vec<ExportTraceServiceRequest> {
 
 /// What `replay` writes for the example: the rows every transport must reproduce.
 pub fn replayed_rows() -> Vec<Row> {
+    super::replay::Replay::example().rows()
+}
+
+/// A collector started in-process with [`config`] as `edit` changes it, writing to a fresh
+/// directory (kept as long as the returned one).
+pub async fn started(edit: impl FnOnce(&mut Config)) -> (Collector, tempfile::TempDir) {
     let out = tempfile::tempdir().unwrap();
-    let engine = Engine {
-        book: retry_spend_collector::load::pricing_dir(Path::new(PRICING)).unwrap(),
-        rules: RulesConfig::default(),
-        policies: Default::default(),
-    };
-    replay(
-        &[PathBuf::from(EXAMPLE)],
-        &engine,
-        out.path(),
-        ReplayOptions::default(),
-        |_| {},
-    )
-    .unwrap();
-    read_table(out.path()).1
+    let mut config = config(out.path());
+    edit(&mut config);
+    (start(config).await.unwrap(), out)
 }
 
 /// Stops the collector cleanly and reads back what it wrote.
@@ -67,6 +59,15 @@ pub async fn stop(collector: Collector, output: &Path) -> Vec<Row> {
         "no temporary file remains"
     );
     read_table(output).1
+}
+
+/// `GET http://{addr}{path}` (the metrics listener's `/healthz`, `/metrics`): status and body.
+pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let response = reqwest::get(format!("http://{addr}{path}"))
+        .await
+        .expect("GET");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("the body"))
 }
 
 /// Sends each request in one OTLP/gRPC export call, in order, each acknowledged before the next.

@@ -1,4 +1,14 @@
-//! Helpers shared by the integration tests: reading the `attempts` table back.
+//! The harness the integration tests share, so that each says only what it checks:
+//!
+//! - [`replay::Replay`]: `replay` of the binary over files, JSON text or exports, with pricing,
+//!   policies, an output and extra arguments; its exit status, printout and rows.
+//! - [`child`]: the binary with a clean environment ([`child::binary`], [`child::run`]) and
+//!   `serve` as a child process ([`child::Serve`], [`child::start`]).
+//! - [`collector`]: the collector in-process ([`collector::started`], [`collector::served_rows`]).
+//! - [`spans`], [`plain`], [`otel`]: spans built in code, generated, or sent with the SDK.
+//! - [`feed`], [`s3`], [`secure`], [`python`]: a pricing feed, an S3 server, TLS material and
+//!   the Python of the tests that need outside tools.
+//! - Here: reading the `attempts` table back as [`Row`]s.
 
 #![allow(dead_code)]
 
@@ -169,9 +179,11 @@ pub fn usd(rendered: &str) -> String {
 }
 pub mod child;
 pub mod collector;
+pub mod feed;
 pub mod otel;
 pub mod plain;
 pub mod python;
+pub mod replay;
 pub mod s3;
 pub mod secure;
 pub mod spans;

@@ -217,6 +217,23 @@ pub async fn post_https_to(
         .expect("HTTPS request completes")
 }
 
+/// A gRPC endpoint at `addr`: over TLS trusting `ca` (for the name `localhost`) when given,
+/// else plaintext.
+pub fn grpc_endpoint(addr: SocketAddr, ca: Option<&str>) -> tonic::transport::Endpoint {
+    let scheme = if ca.is_some() { "https" } else { "http" };
+    let endpoint = tonic::transport::Channel::from_shared(format!("{scheme}://{addr}")).unwrap();
+    match ca {
+        Some(ca) => endpoint
+            .tls_config(
+                ClientTlsConfig::new()
+                    .ca_certificate(Certificate::from_pem(ca))
+                    .domain_name("localhost"),
+            )
+            .unwrap(),
+        None => endpoint,
+    }
+}
+
 /// Sends one export request with a raw tonic client; returns tonic's status on refusal.
 pub async fn export_raw_grpc(
     addr: SocketAddr,
@@ -224,20 +241,11 @@ pub async fn export_raw_grpc(
     authorization: Option<&str>,
     request: ExportTraceServiceRequest,
 ) -> Result<(), tonic::Status> {
-    let mut endpoint =
-        tonic::transport::Channel::from_shared(format!("{}://{addr}", client.scheme()))
-            .unwrap()
-            .timeout(TIMEOUT);
-    if let Some(ca) = client.ca {
-        endpoint = endpoint
-            .tls_config(
-                ClientTlsConfig::new()
-                    .ca_certificate(Certificate::from_pem(ca))
-                    .domain_name("localhost"),
-            )
-            .unwrap();
-    }
-    let channel = endpoint.connect().await.expect("gRPC connection");
+    let channel = grpc_endpoint(addr, client.ca)
+        .timeout(TIMEOUT)
+        .connect()
+        .await
+        .expect("gRPC connection");
     let mut request = tonic::Request::new(request);
     if let Some(value) = authorization {
         request

@@ -1,11 +1,55 @@
-//! A seeded generator of OTLP JSON lines for replay's golden test: every shape the span
+//! Span builders: OTLP protobuf attributes and exports for spans written in code, and a seeded
+//! generator of OTLP JSON lines for replay's golden test: every shape the span
 //! contract reads (declared requests with and without `attempt_count` or a logical span,
 //! grouping by parent, plain instrumentation with HTTP tries and sibling retries, spans that are
 //! not ours), the JSON forms exporters use (enum names or numbers, `intValue` as string or
 //! number, `doubleValue` as string), spans interleaved across requests, some arriving far
 //! later than their request's others, and some re-sent.
 
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use serde_json::{json, Value};
+
+/// An OTLP protobuf attribute.
+pub fn kv(key: &str, value: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+/// An OTLP protobuf string attribute.
+pub fn kv_text(key: &str, value: &str) -> KeyValue {
+    kv(key, any_value::Value::StringValue(value.into()))
+}
+
+/// An OTLP protobuf integer attribute.
+pub fn kv_int(key: &str, value: i64) -> KeyValue {
+    kv(key, any_value::Value::IntValue(value))
+}
+
+/// `spans` as one export of service `service`, in one scope.
+pub fn export_of(
+    service: &str,
+    spans: Vec<opentelemetry_proto::tonic::trace::v1::Span>,
+) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv_text("service.name", service)],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
 
 pub const PRICING_SOURCE: &str = "https://aiwave.live/api/pricing";
 pub const PRICING_VERSION: &str = "a42d372ccf0b5dd13ecf71203521f9d2";
