@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config_kernel::{non_empty, ConfigProblem, Problems, ABOVE_ZERO};
+use crate::config_kernel::{non_empty, ConfigProblem, Problems, ABOVE_ZERO, MIB};
 use crate::decisions::config::DecisionsConfig;
 use crate::pipeline::config::ProcessorsConfig;
 use crate::receivers::config::{addresses_collide, ReceiversConfig};
@@ -95,12 +95,19 @@ pub struct ServiceConfig {
     /// accepted is lost.
     #[serde(deserialize_with = "crate::config_kernel::duration::deserialize")]
     pub shutdown_timeout: Duration,
+    /// Bytes the process may hold for what grows with load: exports in flight, pending
+    /// requests and the finished-request cache, the Parquet files being built. Past it, exports
+    /// are refused with retryable answers (the OpenTelemetry Collector's `memory_limiter`,
+    /// counted rather than sampled). The in-flight and pending budgets default to a half and a
+    /// quarter of it.
+    pub memory_limit: u64,
 }
 
 impl Default for ServiceConfig {
     fn default() -> Self {
         ServiceConfig {
             shutdown_timeout: Duration::from_secs(30),
+            memory_limit: 128 * MIB,
         }
     }
 }
@@ -112,6 +119,11 @@ impl ServiceConfig {
             !self.shutdown_timeout.is_zero(),
             "service.shutdown_timeout",
             ABOVE_ZERO,
+        );
+        problems.check(
+            self.memory_limit >= MIB,
+            "service.memory_limit",
+            "must be at least 1 MiB (1048576)",
         );
         problems.finish()
     }
@@ -229,6 +241,15 @@ impl Config {
         }
     }
 
+    /// The in-flight budget: `receivers.otlp.max_in_flight_bytes`, else half of
+    /// `service.memory_limit`.
+    pub fn in_flight_limit(&self) -> u64 {
+        self.receivers
+            .otlp
+            .max_in_flight_bytes
+            .unwrap_or(self.service.memory_limit / 2)
+    }
+
     /// Rejects values that would make the collector fail later, drop data, or never make
     /// progress. `origin` names where the values came from, e.g. the file path, or the path
     /// followed by "with serve flags" after [`Config::apply`].
@@ -256,6 +277,26 @@ impl Config {
         problems.add(self.wal.validate());
 
         let otlp = &self.receivers.otlp;
+        let memory_limit = self.service.memory_limit;
+        problems.check(
+            self.in_flight_limit() >= otlp.max_request_bytes,
+            "receivers.otlp.max_in_flight_bytes",
+            "must be at least receivers.otlp.max_request_bytes, or no large request could ever pass (unset, it is half of service.memory_limit)",
+        );
+        problems.check(
+            otlp.max_in_flight_bytes
+                .is_none_or(|bytes| bytes <= memory_limit),
+            "receivers.otlp.max_in_flight_bytes",
+            "must not be above service.memory_limit, which covers it",
+        );
+        problems.check(
+            self.processors
+                .retry_spend
+                .max_pending_bytes
+                .is_none_or(|bytes| bytes <= memory_limit),
+            "processors.retry_spend.max_pending_bytes",
+            "must not be above service.memory_limit, which covers it",
+        );
         let metrics_addr = self.telemetry.metrics_addr;
         problems.check(
             !addresses_collide(metrics_addr, otlp.grpc_addr)
@@ -353,6 +394,40 @@ mod tests {
         assert_eq!(c.telemetry.metrics_addr.to_string(), "127.0.0.1:9464");
         assert_eq!(c.service.shutdown_timeout, Duration::from_secs(30));
         assert!(!c.decisions.allow_unaudited, "decisions fail closed");
+    }
+
+    #[test]
+    fn the_byte_budgets_derive_from_the_memory_limit_unless_set() {
+        let c = Config::default();
+        assert_eq!(c.service.memory_limit, 128 * MIB);
+        assert_eq!(c.in_flight_limit(), 64 * MIB);
+        let assembly = c.processors.retry_spend.assembly(c.service.memory_limit);
+        assert_eq!(assembly.max_pending_bytes, 32 * MIB);
+
+        let c = parse("[service]\nmemory_limit = 16777216\n").unwrap();
+        assert_eq!(c.in_flight_limit(), 8 * MIB);
+        let c = parse(
+            "[service]\nmemory_limit = 16777216\n[receivers.otlp]\nmax_in_flight_bytes = 5242880\n",
+        )
+        .unwrap();
+        assert_eq!(c.in_flight_limit(), 5 * MIB);
+
+        let too_big = parse_err(
+            "[service]\nmemory_limit = 8388608\n[processors.retry_spend]\nmax_pending_bytes = 16777216\n",
+        );
+        assert!(
+            too_big.contains(
+                "processors.retry_spend.max_pending_bytes: must not be above service.memory_limit"
+            ),
+            "{too_big}"
+        );
+        // Half of a small limit cannot take the largest request.
+        let small = parse_err("[service]\nmemory_limit = 4194304\n");
+        assert!(
+            small.contains("receivers.otlp.max_in_flight_bytes: must be at least receivers.otlp.max_request_bytes"),
+            "{small}"
+        );
+        assert!(parse_err("[service]\nmemory_limit = 1024\n").contains("service.memory_limit"));
     }
 
     #[test]

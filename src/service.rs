@@ -22,8 +22,8 @@ use crate::decisions::{self, Decider, SharedEngine};
 use crate::engine::Engine;
 use crate::load::DEFAULT_POLICIES_DIR;
 use crate::pipeline::{
-    partition, run_wal_stage, ExportPart, InFlight, Intake, LogMessage, PipelineMessage, Shard,
-    ShardSummary, SummaryStore, Watermark,
+    partition, run_wal_stage, ExportPart, InFlight, Intake, LogMessage, MemoryLimit,
+    PipelineMessage, Shard, ShardSummary, SummaryStore, Watermark,
 };
 use crate::policy::PolicySet;
 use crate::pricing::{age, PricingBook};
@@ -64,6 +64,7 @@ pub struct Collector {
     pub metrics: Arc<Metrics>,
     shards: Vec<mpsc::WeakSender<PipelineMessage>>,
     in_flight: Arc<InFlight>,
+    memory: Arc<MemoryLimit>,
     pricing_dir: std::path::PathBuf,
     policies_dir: Option<std::path::PathBuf>,
     rules: RulesConfig,
@@ -114,6 +115,12 @@ impl Collector {
     /// `receivers.otlp.max_in_flight_bytes`).
     pub fn in_flight_bytes(&self) -> u64 {
         self.in_flight.used()
+    }
+
+    /// Bytes counted against `service.memory_limit`: in flight, and what the shards last
+    /// reported holding.
+    pub fn memory_used(&self) -> u64 {
+        self.memory.used()
     }
 
     /// Reloads every pricing snapshot and envelope policy, and the receivers' certificate and
@@ -414,7 +421,8 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         None
     };
 
-    let in_flight = InFlight::new(otlp.max_in_flight_bytes);
+    let in_flight = InFlight::new(config.in_flight_limit());
+    let memory = MemoryLimit::new(config.service.memory_limit, Arc::clone(&in_flight), shards);
     let watermark = Arc::new(Watermark::new(shards, recovered_from));
     let (log_sender, log_receiver) = mpsc::channel(LOG_QUEUE);
     let mut senders = Vec::with_capacity(shards);
@@ -423,13 +431,14 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         let (sender, receiver) = mpsc::channel(PIPELINE_QUEUE);
         let mut worker = Shard::new(
             engine.clone(),
-            Assembler::new(&processor.assembly(), shards),
+            Assembler::new(&processor.assembly(config.service.memory_limit), shards),
             sink,
             Arc::clone(&metrics),
             Arc::clone(&health),
             forward_handle.clone(),
         )
-        .with_watermark(shard, Arc::clone(&watermark));
+        .with_watermark(shard, Arc::clone(&watermark))
+        .with_memory_limit(Arc::clone(&memory));
         if let Some(store) = &summaries {
             worker = worker.with_summaries(Arc::clone(store));
         }
@@ -486,6 +495,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         let intake = Intake::new(
             log_sender,
             Arc::clone(&in_flight),
+            Arc::clone(&memory),
             Arc::clone(&metrics),
             Arc::clone(&health),
             shards,
@@ -544,6 +554,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         metrics,
         shards: shard_handles,
         in_flight,
+        memory,
         pricing_dir,
         policies_dir,
         policy_keys,

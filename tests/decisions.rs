@@ -385,7 +385,7 @@ async fn decisions_are_answered_while_the_trace_pipeline_is_stalled() {
     let one_export = worked_example_spans().encoded_len() as u64;
     let (collector, out) = started(|c| {
         c.receivers.otlp.max_request_bytes = one_export;
-        c.receivers.otlp.max_in_flight_bytes = one_export;
+        c.receivers.otlp.max_in_flight_bytes = Some(one_export);
     })
     .await;
     let resume = collector.pause_pipeline().await.unwrap();

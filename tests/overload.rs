@@ -91,7 +91,7 @@ async fn stalled_sink_gets_retryable_refusals_and_a_bounded_memory() {
     let mut config = config(out.path());
     let limit = 8 * 1024;
     config.receivers.otlp.max_request_bytes = limit;
-    config.receivers.otlp.max_in_flight_bytes = limit;
+    config.receivers.otlp.max_in_flight_bytes = Some(limit);
     let collector = start(config).await.unwrap();
     let resume = collector.pause_pipeline().await.unwrap();
 
@@ -157,6 +157,53 @@ async fn stalled_sink_gets_retryable_refusals_and_a_bounded_memory() {
     assert!(
         counts.len() >= expected,
         "every accepted export is in the Parquet files"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_memory_limit_exports_are_refused_retryably_and_nothing_accepted_is_lost() {
+    let out = tempfile::tempdir().unwrap();
+    let mut config = config(out.path());
+    let limit = 1024 * 1024;
+    config.service.memory_limit = limit;
+    // Requests wait (an hour) and may take the whole limit: what the shard holds fills it.
+    config.processors.retry_spend.group_wait = std::time::Duration::from_secs(3600);
+    config.processors.retry_spend.max_pending_bytes = Some(limit);
+    config.receivers.otlp.max_request_bytes = 64 * 1024;
+    let collector = start(config).await.unwrap();
+
+    let bodies: Vec<Vec<u8>> = (1..=100).flat_map(requests).collect();
+    let sent = bodies.len();
+    let answers = post_all(collector.http_addr, bodies).await;
+    let accepted: Vec<usize> = (0..sent).filter(|i| answers[*i].0 == 200).collect();
+    let refused: Vec<&(u16, Option<String>)> = answers.iter().filter(|a| a.0 != 200).collect();
+    assert!(!accepted.is_empty(), "{answers:?}");
+    assert!(
+        !refused.is_empty(),
+        "1 MiB cannot hold {sent} waiting exports"
+    );
+    for (status, retry_after) in &refused {
+        assert_eq!(
+            *status, 503,
+            "over the memory limit is 503, retried by OTLP clients"
+        );
+        assert_eq!(retry_after.as_deref(), Some("5"));
+    }
+    let metrics = std::sync::Arc::clone(&collector.metrics);
+    let counted = format!(
+        r#"retry_spend_export_requests_total{{transport="http",outcome="memory_limit"}} {}"#,
+        refused.len()
+    );
+    assert!(metrics.render().contains(&counted), "{counted}");
+
+    stop(collector).await;
+    let expected: usize = accepted.iter().map(|i| rows_of_line(i % 14)).sum();
+    let counts = row_counts(out.path());
+    assert!(counts.values().all(|n| *n == 1), "no row twice");
+    assert_eq!(
+        counts.len(),
+        expected,
+        "every accepted export, and no refused one, is in the Parquet files"
     );
 }
 

@@ -34,8 +34,9 @@ pub struct RetrySpendConfig {
     pub max_pending_requests: usize,
     /// Recently evaluated requests remembered so a late duplicate span is not a new request.
     pub finished_cache_requests: usize,
-    /// Estimated bytes of pending requests and the finished-request cache together (all shards).
-    pub max_pending_bytes: u64,
+    /// Estimated bytes of pending requests and the finished-request cache together (all
+    /// shards). Unset: a quarter of `service.memory_limit`.
+    pub max_pending_bytes: Option<u64>,
     /// A snapshot checked more than this many whole days before a span start is stale.
     pub max_pricing_age_days: i64,
     /// Directory of pricing snapshot files, all loaded at start.
@@ -55,7 +56,7 @@ impl Default for RetrySpendConfig {
             group_wait: assembly.group_wait,
             max_pending_requests: assembly.max_pending_requests,
             finished_cache_requests: assembly.finished_cache_requests,
-            max_pending_bytes: assembly.max_pending_bytes,
+            max_pending_bytes: None,
             max_pricing_age_days: 30,
             pricing_dir: PathBuf::from("config/pricing"),
             workers: 0,
@@ -78,7 +79,7 @@ impl RetrySpendConfig {
             ABOVE_ZERO,
         );
         problems.check(
-            self.max_pending_bytes >= MIB,
+            self.max_pending_bytes.is_none_or(|bytes| bytes >= MIB),
             "processors.retry_spend.max_pending_bytes",
             "must be at least 1 MiB (1048576)",
         );
@@ -110,13 +111,14 @@ impl RetrySpendConfig {
         }
     }
 
-    /// The assemblers' bounds from this section, for the whole process.
-    pub fn assembly(&self) -> AssemblyBounds {
+    /// The assemblers' bounds from this section, for the whole process; `memory_limit` is
+    /// `service.memory_limit`, a quarter of which is the byte budget unless one is set.
+    pub fn assembly(&self, memory_limit: u64) -> AssemblyBounds {
         AssemblyBounds {
             group_wait: self.group_wait,
             max_pending_requests: self.max_pending_requests,
             finished_cache_requests: self.finished_cache_requests,
-            max_pending_bytes: self.max_pending_bytes,
+            max_pending_bytes: self.max_pending_bytes.unwrap_or(memory_limit / 4),
         }
     }
 

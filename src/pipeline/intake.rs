@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{partition, Append, InFlight, LogMessage};
+use super::{partition, Append, InFlight, LogMessage, MemoryLimit};
 use crate::contract::wire::{read_export, WireError, WireExport};
 use crate::contract::SharedAttributeKeys;
 use crate::receivers::{Refusal, TracesConsumer, Transport};
@@ -19,6 +19,7 @@ use crate::telemetry::{Health, Metrics};
 pub struct Intake {
     log: mpsc::Sender<LogMessage>,
     in_flight: Arc<InFlight>,
+    memory: Arc<MemoryLimit>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     shards: usize,
@@ -32,6 +33,7 @@ impl Intake {
     pub fn new(
         log: mpsc::Sender<LogMessage>,
         in_flight: Arc<InFlight>,
+        memory: Arc<MemoryLimit>,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
         shards: usize,
@@ -39,6 +41,7 @@ impl Intake {
         Intake {
             log,
             in_flight,
+            memory,
             metrics,
             health,
             shards,
@@ -77,6 +80,9 @@ impl TracesConsumer for Intake {
         if let Some(problem) = self.storage_problem() {
             return Some(Refusal::Storage(problem));
         }
+        if !self.memory.admits(0) {
+            return Some(Refusal::MemoryLimit);
+        }
         self.in_flight.is_full().then_some(Refusal::Busy)
     }
 
@@ -97,6 +103,9 @@ impl TracesConsumer for Intake {
         // log's own trouble shows on the append itself, which is also how its recovery shows.)
         if let Some(problem) = self.storage_problem() {
             return Err(Refusal::Storage(problem));
+        }
+        if !self.memory.admits(bytes.len() as u64) {
+            return Err(Refusal::MemoryLimit);
         }
         // The export's share of the budget travels with it and is given back when the last
         // part is dropped.

@@ -3,6 +3,7 @@
 
 pub mod config;
 mod intake;
+mod memory;
 mod partition;
 mod shard;
 mod summaries;
@@ -11,6 +12,7 @@ mod watermark;
 
 pub use config::{ProcessorsConfig, RetrySpendConfig};
 pub use intake::Intake;
+pub use memory::MemoryLimit;
 pub use partition::{partition, regroup, shard_of, ExportPart, RawSpan, RawSpans};
 pub use shard::{Shard, ShardSummary, PARQUET_COMPONENT};
 pub use summaries::SummaryStore;

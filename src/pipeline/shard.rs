@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::{regroup, Engine, ExportPart, PipelineMessage, RawSpan, SummaryStore, Watermark};
+use super::{
+    regroup, Engine, ExportPart, MemoryLimit, PipelineMessage, RawSpan, SummaryStore, Watermark,
+};
 use crate::assemble::{Assembler, FastMap, GroupKey, Offer, Ready, Summary};
 use crate::contract::{SpanId, SpanKind, TraceId};
 use crate::record::{AttemptRow, AttemptSource};
@@ -89,6 +91,8 @@ pub struct Shard {
     /// Spans whose rows completed files held at start-up: inference, which runs on whole traces
     /// after recovery, makes their rows again, and they are dropped then.
     recovered: WrittenRows,
+    /// Where this shard reports what it holds, for `service.memory_limit`.
+    memory: Option<Arc<MemoryLimit>>,
 }
 
 /// Where the finished-request cache is saved, and how current the saved copy is.
@@ -104,6 +108,8 @@ struct Saved {
 
 /// Rows handed to the sink at once (also on every tick, barrier and at shutdown).
 const WRITE_BATCH_ROWS: usize = 4096;
+/// A row waiting in a batch, with its strings, as the memory limit counts it.
+const BATCH_ROW_BYTES: u64 = 1024;
 
 impl Shard {
     pub fn new(
@@ -139,6 +145,26 @@ impl Shard {
             batch: Vec::with_capacity(WRITE_BATCH_ROWS),
             batch_lsns: None,
             summaries: None,
+            memory: None,
+        }
+    }
+
+    /// Reports what this shard holds to `memory` as it runs.
+    pub fn with_memory_limit(mut self, memory: Arc<MemoryLimit>) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// Requests, the finished cache, rows waiting for the sink and the open files' buffers.
+    fn report_memory(&self) {
+        if let Some(memory) = &self.memory {
+            let rows = (self.batch.len()
+                + self.unwritten.iter().map(|(r, _)| r.len()).sum::<usize>())
+                as u64
+                * BATCH_ROW_BYTES;
+            let files = self.sink.as_ref().map_or(0, ParquetSink::buffered_bytes);
+            let held = u64::try_from(self.assembler.held_bytes()).unwrap_or(u64::MAX);
+            memory.report(self.shard, held.saturating_add(rows).saturating_add(files));
         }
     }
 
@@ -197,6 +223,7 @@ impl Shard {
     ) -> ShardSummary {
         let nothing_written = HashSet::new();
         loop {
+            self.report_memory();
             let now = Instant::now();
             let wake = self.next_wake();
             if wake <= now {
@@ -238,6 +265,7 @@ impl Shard {
         self.close_sink();
         self.summary.all_written = self.summary.rows_lost == 0 && self.pinned_lsn.is_none();
         self.checkpoint(Instant::now(), true);
+        self.report_memory();
         self.summary
     }
 

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use serde::Deserialize;
 
-use crate::config_kernel::{ConfigProblem, Problems, ABOVE_ZERO, MIB, OTLP_RECEIVE_LIMIT_BYTES};
+use crate::config_kernel::{ConfigProblem, Problems, ABOVE_ZERO, OTLP_RECEIVE_LIMIT_BYTES};
 pub use crate::server::{AuthConfig, TlsConfig};
 
 /// `[receivers]`: where spans come in.
@@ -29,8 +29,9 @@ pub struct OtlpReceiverConfig {
     /// Largest accepted request body, after decompression.
     pub max_request_bytes: u64,
     /// Memory bound on accepted requests not yet taken by the pipeline; above it, exports are
-    /// refused with the retryable answers OTLP clients back off on.
-    pub max_in_flight_bytes: u64,
+    /// refused with the retryable answers OTLP clients back off on. Unset: half of
+    /// `service.memory_limit` ([`crate::config::Config::in_flight_limit`]).
+    pub max_in_flight_bytes: Option<u64>,
     pub tls: TlsConfig,
     pub auth: AuthConfig,
 }
@@ -41,7 +42,7 @@ impl Default for OtlpReceiverConfig {
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 4317)),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 4318)),
             max_request_bytes: OTLP_RECEIVE_LIMIT_BYTES,
-            max_in_flight_bytes: 256 * MIB,
+            max_in_flight_bytes: None,
             tls: TlsConfig::default(),
             auth: AuthConfig::default(),
         }
@@ -55,11 +56,6 @@ impl OtlpReceiverConfig {
             self.max_request_bytes > 0,
             "receivers.otlp.max_request_bytes",
             ABOVE_ZERO,
-        );
-        problems.check(
-            self.max_in_flight_bytes >= self.max_request_bytes,
-            "receivers.otlp.max_in_flight_bytes",
-            "must be at least receivers.otlp.max_request_bytes, or no large request could ever pass",
         );
         problems.add(self.tls.validate());
         problems.add(self.auth.validate());

@@ -272,12 +272,15 @@ async fn accept<C: TracesConsumer>(
         .map_err(refusal_of)
 }
 
-/// The HTTP answer to a refused export: 429 when busy, 503 when storage or the collector is
-/// unavailable; both with `Retry-After`, both retried by OTLP clients.
+/// The HTTP answer to a refused export: 429 when busy, 503 when over the memory limit or when
+/// storage or the collector is unavailable; both with `Retry-After`, both retried by OTLP
+/// clients.
 fn refusal_of(refusal: ConsumerRefusal) -> Refusal {
     let status = match refusal {
         ConsumerRefusal::Busy => StatusCode::TOO_MANY_REQUESTS,
-        ConsumerRefusal::Storage(_) | ConsumerRefusal::Closed => StatusCode::SERVICE_UNAVAILABLE,
+        ConsumerRefusal::MemoryLimit | ConsumerRefusal::Storage(_) | ConsumerRefusal::Closed => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
     };
     Refusal::new(status, refusal.outcome(), refusal.to_string())
 }

@@ -40,6 +40,8 @@ impl Transport {
 pub enum Refusal {
     /// Over the in-flight memory bound or the queue is full: back off and retry.
     Busy,
+    /// Over `service.memory_limit`: back off and retry.
+    MemoryLimit,
     /// The write-ahead log or a sink cannot write (e.g. disk full); nothing was accepted.
     Storage(String),
     /// The collector is shutting down.
@@ -51,6 +53,7 @@ impl Refusal {
     pub fn outcome(&self) -> &'static str {
         match self {
             Refusal::Busy => "busy",
+            Refusal::MemoryLimit => "memory_limit",
             Refusal::Storage(_) => "storage_unavailable",
             Refusal::Closed => "unavailable",
         }
@@ -63,6 +66,9 @@ impl fmt::Display for Refusal {
             Refusal::Busy => {
                 f.write_str("the collector is at its memory or queue limit; retry later")
             }
+            Refusal::MemoryLimit => f.write_str(
+                "the collector is at its memory limit (service.memory_limit); retry later",
+            ),
             Refusal::Storage(problem) => {
                 write!(
                     f,

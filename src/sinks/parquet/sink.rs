@@ -199,6 +199,15 @@ impl ParquetSink {
     }
 
     /// Number of files currently open (at most one per partition date).
+    /// Bytes the open files hold in memory: their row groups being built (Arrow's column
+    /// buffers and pages not yet written).
+    pub fn buffered_bytes(&self) -> u64 {
+        self.open
+            .values()
+            .map(|file| u64::try_from(file.writer.in_progress_size()).unwrap_or(u64::MAX))
+            .sum()
+    }
+
     pub fn open_files(&self) -> usize {
         self.open.len()
     }

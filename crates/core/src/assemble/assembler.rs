@@ -309,11 +309,16 @@ impl Assembler {
     }
 
     fn over_budget(&self) -> bool {
+        self.held_bytes() > self.options.max_pending_bytes
+    }
+
+    /// Estimated bytes held: pending requests, waiting logical spans and held plain spans, and
+    /// the finished-request cache.
+    pub fn held_bytes(&self) -> usize {
         self.grouper.pending_bytes()
             + self.grouper.finished_bytes()
             + self.plain.held_bytes()
             + self.plain.finished_bytes()
-            > self.options.max_pending_bytes
     }
 
     fn finished_bytes(&self) -> usize {
