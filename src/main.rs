@@ -144,6 +144,9 @@ enum Command {
         /// With an object store output: retries of a failed upload (200 ms doubling to 30 s apart) before the replay ends with exit code 2; a 4xx answer other than 408 and 429 ends it at once.
         #[arg(long, value_name = "N", default_value_t = replay::DEFAULT_UPLOAD_RETRIES, env = "RETRY_SPEND_UPLOAD_RETRIES")]
         upload_retries: u32,
+        /// Streams the spans are sharded into by trace, each on a thread of its own with its share of --max-pending-bytes; 0 runs one per core; rows are the same whatever it is [default: 0]
+        #[arg(long, value_name = "N", env = "RETRY_SPEND_WORKERS")]
+        workers: Option<usize>,
         /// OTLP JSON lines files; `-` reads standard input.
         #[arg(value_name = "FILE", required = true)]
         files: Vec<PathBuf>,
@@ -277,6 +280,7 @@ fn main() -> ExitCode {
             max_pricing_age_days,
             max_pending_bytes,
             upload_retries,
+            workers,
             files,
         } => run_replay(
             &pricing,
@@ -290,6 +294,7 @@ fn main() -> ExitCode {
             ReplayOptions {
                 max_pending_bytes,
                 upload_retries,
+                workers: workers.unwrap_or(0),
                 ..ReplayOptions::default()
             },
             &files,

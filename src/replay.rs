@@ -14,6 +14,7 @@ use crate::assemble::{Assembler, Offer, Ready};
 use crate::contract::otlp_json::read_facts;
 use crate::contract::{AttributeKeys, SpanFacts};
 use crate::engine::{Engine, IngestStats};
+use crate::pipeline::shard_of;
 use crate::record::{AttemptRow, Decision, SpendClass};
 use crate::sinks::parquet::remote::{self, LogObserver, UploadRetries, Uploader};
 use crate::sinks::parquet::{
@@ -70,6 +71,28 @@ pub struct ReplaySummary {
 }
 
 impl ReplaySummary {
+    /// Adds what one stream did.
+    fn absorb(&mut self, other: ReplaySummary) {
+        self.lines += other.lines;
+        self.ingest.add(other.ingest);
+        self.requests += other.requests;
+        self.rows += other.rows;
+        for (decision, n) in other.rows_by_decision {
+            *self.rows_by_decision.entry(decision).or_default() += n;
+        }
+        for (class, usd) in other.incremental_usd_by_spend_class {
+            let total = self
+                .incremental_usd_by_spend_class
+                .entry(class)
+                .or_default();
+            *total = total.checked_add(usd).unwrap_or(*total);
+        }
+        self.unaudited += other.unaudited;
+        self.files_written.extend(other.files_written);
+        self.bad_lines.extend(other.bad_lines);
+        self.evaluated_early += other.evaluated_early;
+    }
+
     fn count(&mut self, row: &AttemptRow) {
         self.rows += 1;
         *self.rows_by_decision.entry(row.decision).or_default() += 1;
@@ -143,6 +166,9 @@ pub struct ReplayOptions {
     /// With an object store output: retries of a failed upload before the replay ends with an
     /// error (a permanent error, an HTTP 4xx other than 408 and 429, ends it at once).
     pub upload_retries: u32,
+    /// Streams the spans are sharded into by trace, each on its own thread with its share of
+    /// `max_pending_bytes`; 0: one per core the process may use. Rows do not depend on it.
+    pub workers: usize,
 }
 
 /// `replay`'s default budget: larger than `serve`'s, since a batch job's rows should be those of
@@ -160,6 +186,7 @@ impl Default for ReplayOptions {
             sink: ParquetExporterConfig::default(),
             max_pending_bytes: DEFAULT_MAX_PENDING_BYTES,
             upload_retries: DEFAULT_UPLOAD_RETRIES,
+            workers: 0,
         }
     }
 }
@@ -287,13 +314,15 @@ pub fn replay(
     let ReplayOptions {
         sink,
         max_pending_bytes,
+        workers,
         ..
     } = options;
     replay_with(
         inputs,
         engine,
         max_pending_bytes,
-        || ParquetSink::new(output_dir, sink),
+        workers,
+        || ParquetSink::new(output_dir, sink.clone()),
         &Mutex::new(()),
         on_bad_line,
     )
@@ -341,6 +370,7 @@ fn upload_replay(
         sink,
         max_pending_bytes,
         upload_retries,
+        workers,
     } = options;
     let uploader = Uploader::start(
         client,
@@ -359,46 +389,131 @@ fn upload_replay(
         inputs,
         engine,
         max_pending_bytes,
-        || ParquetSink::staging(&staging.dir, sink, uploader),
+        workers,
+        || ParquetSink::staging(&staging.dir, sink.clone(), Arc::clone(&uploader)),
         &staging.writing,
         on_bad_line,
     )
 }
 
-/// `writing` is held whenever the sink writes files (not while it waits for their upload).
+/// `writing` is held whenever a sink writes files (not while it waits for their upload).
+///
+/// The spans go to `shards` streams by trace, as `serve` shards them: each owns an assembler
+/// with its share of `max_pending_bytes` and a sink of its own, and runs on its own thread,
+/// while this thread reads, routes and counts lines. A trace's spans all reach one stream in
+/// input order, line by line, so every request is judged exactly as one stream would judge it.
 fn replay_with(
     inputs: &[PathBuf],
     engine: &Engine,
     max_pending_bytes: u64,
-    open_sink: impl FnOnce() -> Result<ParquetSink, ParquetSinkError>,
+    workers: usize,
+    open_sink: impl Fn() -> Result<ParquetSink, ParquetSinkError> + Sync,
     writing: &Mutex<()>,
     mut on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
-    let mut summary = ReplaySummary::default();
-    let mut stream = Stream {
-        engine,
-        assembler: Assembler::new(
-            &AssemblyBounds {
-                // Only the byte budget bounds a replay: no count cap, and no time passes (`now`
-                // stays put), so nothing is evaluated because of a wait.
-                max_pending_requests: usize::MAX,
-                max_pending_bytes,
-                ..AssemblyBounds::default()
-            },
-            1,
-        ),
-        now: Instant::now(),
-        ready: Ready::default(),
-        sink: {
-            let _writing = lock(writing);
-            open_sink()?
-        },
-        rows: Vec::with_capacity(WRITE_BATCH_ROWS),
-        writing,
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let shards = match workers {
+        0 => cores,
+        n => n,
     };
-
+    let bounds = AssemblyBounds {
+        // Only the byte budget bounds a replay: no count cap, and no time passes (`now` stays
+        // put), so nothing is evaluated because of a wait.
+        max_pending_requests: usize::MAX,
+        max_pending_bytes,
+        ..AssemblyBounds::default()
+    };
     let keys = engine.policies.attribute_keys();
-    let parsers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut summary = ReplaySummary::default();
+    // Set when reading failed: the streams drop what they hold (their sinks remove what they
+    // created) instead of completing files.
+    let aborted = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| -> Result<(), ReplayError> {
+        let mut senders = Vec::with_capacity(shards);
+        let mut streams = Vec::with_capacity(shards);
+        for shard in 0..shards {
+            // A few chunks per stream in flight bound what waits between reading and assembly.
+            let (sender, lines) = std::sync::mpsc::sync_channel::<Vec<Vec<SpanFacts>>>(4);
+            senders.push(sender);
+            let (open_sink, bounds, aborted) = (&open_sink, &bounds, &aborted);
+            let thread = std::thread::Builder::new()
+                .name(format!("replay-{shard}"))
+                .spawn_scoped(scope, move || {
+                    let sink = {
+                        let _writing = lock(writing);
+                        open_sink()?
+                    };
+                    let mut stream = Stream {
+                        engine,
+                        assembler: Assembler::new(bounds, shards),
+                        now: Instant::now(),
+                        ready: Ready::default(),
+                        sink,
+                        rows: Vec::with_capacity(WRITE_BATCH_ROWS),
+                        writing,
+                        summary: ReplaySummary::default(),
+                    };
+                    for chunk in lines {
+                        for spans in chunk {
+                            stream.offer(spans);
+                            stream.write_ready()?;
+                        }
+                    }
+                    if aborted.load(std::sync::atomic::Ordering::Acquire) {
+                        return Ok(stream.summary);
+                    }
+                    stream.finish()
+                })
+                .map_err(|e| ReplayError::Read {
+                    file: "replay stream thread".to_owned(),
+                    source: e,
+                })?;
+            streams.push(thread);
+        }
+
+        let read = read_inputs(
+            inputs,
+            keys,
+            cores,
+            &senders,
+            &mut summary,
+            &mut on_bad_line,
+        );
+        if read.is_err() {
+            aborted.store(true, std::sync::atomic::Ordering::Release);
+        }
+        // The streams end once their input does.
+        drop(senders);
+        let mut failed = read.err();
+        for thread in streams {
+            match thread.join() {
+                Ok(Ok(part)) => summary.absorb(part),
+                Ok(Err(e)) => failed = failed.or(Some(e)),
+                Err(_) => {
+                    failed = failed.or(Some(ReplayError::Store(
+                        "a replay stream panicked".to_owned(),
+                    )))
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    })?;
+    summary.files_written.sort();
+    Ok(summary)
+}
+
+/// Reads every input (`-` is stdin) in order on `parsers` threads and routes each line's spans
+/// to the stream of their trace. Stops early when a stream has stopped (its error is the
+/// replay's).
+fn read_inputs(
+    inputs: &[PathBuf],
+    keys: &AttributeKeys,
+    parsers: usize,
+    streams: &[std::sync::mpsc::SyncSender<Vec<Vec<SpanFacts>>>],
+    summary: &mut ReplaySummary,
+    on_bad_line: &mut impl FnMut(&BadLine),
+) -> Result<(), ReplayError> {
+    let shards = streams.len();
     for input in inputs {
         let name = input.display().to_string();
         let read_err = |source| ReplayError::Read {
@@ -412,21 +527,25 @@ fn replay_with(
                 std::fs::File::open(input).map_err(read_err)?,
             ))
         };
-        // A sink error stops the replay; the lines parsed meanwhile are let go.
-        let mut failed = None;
+        let mut stopped = false;
         let mut offer = |chunk: Parsed| {
-            if failed.is_some() {
+            if stopped {
                 return;
             }
+            let mut routed: Vec<Vec<Vec<SpanFacts>>> = vec![Vec::new(); shards];
             for line in chunk {
                 summary.lines += 1;
                 match line {
+                    Ok(spans) if shards == 1 => routed[0].push(spans),
                     Ok(spans) => {
-                        let stats = stream.offer(spans, &mut summary);
-                        summary.ingest.add(stats);
-                        if let Err(e) = stream.write_ready(&mut summary) {
-                            failed = Some(e);
-                            return;
+                        let mut by_shard: Vec<Vec<SpanFacts>> = vec![Vec::new(); shards];
+                        for facts in spans {
+                            by_shard[shard_of(&facts.trace_id, shards)].push(facts);
+                        }
+                        for (shard, spans) in by_shard.into_iter().enumerate() {
+                            if !spans.is_empty() {
+                                routed[shard].push(spans);
+                            }
                         }
                     }
                     Err((number, reason)) => {
@@ -440,33 +559,27 @@ fn replay_with(
                     }
                 }
             }
+            for (stream, lines) in streams.iter().zip(routed) {
+                if !lines.is_empty() && stream.send(lines).is_err() {
+                    stopped = true;
+                    return;
+                }
+            }
         };
         parse_lines(reader, keys, parsers, &mut offer).map_err(read_err)?;
-        if let Some(e) = failed {
-            return Err(e.into());
+        if stopped {
+            return Ok(());
         }
     }
-
-    stream.ready = stream.assembler.drain_all();
-    stream.write_ready(&mut summary)?;
-    {
-        let _writing = lock(writing);
-        summary
-            .files_written
-            .extend(stream.sink.write(&stream.rows)?);
-        summary.files_written.extend(stream.sink.flush_all()?);
-    }
-    // Every file is complete: what is left is waiting for their upload.
-    summary.files_written.extend(stream.sink.close()?);
-    Ok(summary)
+    Ok(())
 }
 
 fn lock(mutex: &Mutex<()>) -> MutexGuard<'_, ()> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Spans on their way to rows: the assembler, the requests it made ready, the batch of rows
-/// not yet written.
+/// One stream of spans on their way to rows: the assembler, the requests it made ready, the
+/// batch of rows not yet written, and what it did.
 struct Stream<'e> {
     engine: &'e Engine,
     assembler: Assembler,
@@ -476,12 +589,13 @@ struct Stream<'e> {
     rows: Vec<AttemptRow>,
     /// Held while the sink writes files.
     writing: &'e Mutex<()>,
+    summary: ReplaySummary,
 }
 
 impl Stream<'_> {
     /// Offers every span of one line to the assembler.
-    fn offer(&mut self, spans: Vec<SpanFacts>, summary: &mut ReplaySummary) -> IngestStats {
-        let mut stats = IngestStats::default();
+    fn offer(&mut self, spans: Vec<SpanFacts>) {
+        let stats = &mut self.summary.ingest;
         for facts in spans {
             stats.spans += 1;
             let counter = match self.assembler.offer(facts, self.now, &mut self.ready) {
@@ -493,13 +607,11 @@ impl Stream<'_> {
             };
             *counter += 1;
         }
-        summary.evaluated_early += self.ready.evicted;
-        self.ready.evicted = 0;
-        stats
     }
 
     /// Evaluates the requests made ready, and writes rows once a batch is full.
-    fn write_ready(&mut self, summary: &mut ReplaySummary) -> Result<(), ParquetSinkError> {
+    fn write_ready(&mut self) -> Result<(), ParquetSinkError> {
+        let summary = &mut self.summary;
         summary.evaluated_early += self.ready.evicted;
         self.ready.evicted = 0;
         // Spans inference let go made no row; in `replay` nothing is forwarded.
@@ -520,6 +632,24 @@ impl Stream<'_> {
             }
         }
         Ok(())
+    }
+
+    /// At the end of the input: evaluates what is still held, writes and completes every file,
+    /// and waits for their upload.
+    fn finish(mut self) -> Result<ReplaySummary, ReplayError> {
+        self.ready = self.assembler.drain_all();
+        self.write_ready()?;
+        {
+            let _writing = lock(self.writing);
+            let written = self.sink.write(&self.rows)?;
+            self.summary.files_written.extend(written);
+            let flushed = self.sink.flush_all()?;
+            self.summary.files_written.extend(flushed);
+        }
+        // Every file is complete: what is left is waiting for their upload.
+        let uploaded = self.sink.close()?;
+        self.summary.files_written.extend(uploaded);
+        Ok(self.summary)
     }
 }
 

@@ -513,6 +513,51 @@ fn split_and_shuffled_spans_give_the_same_rows() {
     assert_eq!(whole, split);
 }
 
+/// The rows of `replay --workers N` over `input`, in a fixed order (streams write files of
+/// their own, so file order says nothing).
+fn rows_with_workers(input: &Path, policies: Option<&Path>, workers: &str) -> Vec<common::Row> {
+    let mut replay = Replay::new().input(input).args(["--workers", workers]);
+    if let Some(dir) = policies {
+        replay = replay.policies(dir);
+    }
+    let mut rows = replay.rows();
+    rows.sort_by(|a, b| {
+        let key = |r: &common::Row| {
+            (
+                r["trace_id"].clone(),
+                r["span_id"].clone(),
+                r["attempt_index"].clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    rows
+}
+
+#[test]
+fn the_rows_do_not_depend_on_the_number_of_streams() {
+    let recordings = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/instrumented");
+    let policies = recordings.join("policies");
+    let mut inputs = vec![(PathBuf::from(EXAMPLE), None)];
+    for entry in std::fs::read_dir(&recordings).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            inputs.push((path, Some(policies.as_path())));
+        }
+    }
+    assert!(inputs.len() > 20, "the recordings are there");
+    for (input, policies) in inputs {
+        let one = rows_with_workers(&input, policies, "1");
+        assert!(!one.is_empty(), "{}", input.display());
+        assert_eq!(
+            one,
+            rows_with_workers(&input, policies, "3"),
+            "{}",
+            input.display()
+        );
+    }
+}
+
 #[test]
 fn spans_resent_by_an_exporter_retry_are_counted_once() {
     let once = Replay::example().rows();
