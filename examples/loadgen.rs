@@ -15,6 +15,8 @@
 //!
 //! `bench-all` starts every collector configuration itself (pinned to core 0 with `taskset`, the
 //! generator on core 1), loads it, stops it with SIGTERM, and prints the BENCHMARKS.md table.
+//! Its peers are Rotel and the OpenTelemetry Collector (the distribution of
+//! `tools/otelcol/builder-config.yaml`: `--otelcol "$(tools/otelcol/build.sh)"`).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -144,6 +146,10 @@ struct BenchArgs {
     /// not given. Without it the Rotel rows are skipped.
     #[arg(long)]
     rotel: Option<PathBuf>,
+    /// The OpenTelemetry Collector (`tools/otelcol/build.sh` prints its path), else
+    /// `$RETRY_SPEND_OTELCOL`. Without it the Collector rows are skipped.
+    #[arg(long)]
+    otelcol: Option<PathBuf>,
     /// Pricing snapshots directory.
     #[arg(long, default_value = "config/pricing")]
     pricing: PathBuf,
@@ -161,13 +167,14 @@ struct BenchArgs {
     /// Spans in the file the replay runs read.
     #[arg(long, default_value_t = 262_144)]
     replay_spans: u64,
-    /// Configurations to measure (comma separated): rotel, discard, wal-off, wal,
-    /// wal-interval, wal-fsync-off, http-discard, http-wal; a `-nac` suffix sends the load
-    /// without `retry_spend.attempt_count` and runs ours at `--group-wait 1s`.
+    /// Configurations to measure (comma separated): rotel, otelcol-nop, otelcol-groupbytrace,
+    /// otelcol-file, discard, wal-off, wal, wal-interval, wal-fsync-off, http-discard, http-wal;
+    /// a `-nac` suffix sends the load without `retry_spend.attempt_count` and runs ours at
+    /// `--group-wait 1s`.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "rotel,discard,wal-off,wal,wal-nac,wal-interval,wal-fsync-off,http-discard,http-wal"
+        default_value = "rotel,otelcol-nop,otelcol-groupbytrace,otelcol-file,discard,wal-off,wal,wal-nac,wal-interval,wal-fsync-off,http-discard,http-wal"
     )]
     configs: Vec<String>,
     /// CPU core of the collector; the generator runs on the next one.
@@ -1283,15 +1290,73 @@ fn find_rotel() -> Option<PathBuf> {
     agent.is_file().then_some(agent)
 }
 
+/// Where tests and benchmarks find the OpenTelemetry Collector (`.ci/run` sets it).
+const OTELCOL_ENV: &str = "RETRY_SPEND_OTELCOL";
+
+/// The OpenTelemetry Collector's config for one of its setups: its OTLP receiver on the
+/// benchmark's ports, its own metrics off, logs at warn like ours.
+fn otelcol_config(setup: Setup, grpc: SocketAddr, http: SocketAddr, dir: &Path) -> String {
+    let (processors, exporter) = match setup {
+        Setup::OtelGroupByTrace => ("[groupbytrace]", "nop"),
+        Setup::OtelFile => ("[]", "file"),
+        _ => ("[]", "nop"),
+    };
+    format!(
+        "receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: {grpc}
+      http:
+        endpoint: {http}
+processors:
+  groupbytrace:
+    wait_duration: 1s
+exporters:
+  nop:
+  file:
+    path: {out}
+service:
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: {processors}
+      exporters: [{exporter}]
+",
+        out = dir.join("otelcol-spans.jsonl").display()
+    )
+}
+
 /// A collector configuration of the benchmark.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Setup {
     Rotel,
+    /// The OpenTelemetry Collector: OTLP receiver → nop exporter (decode + discard).
+    OtelNop,
+    /// OTLP receiver → groupbytrace processor (1 s) → nop exporter: holds whole traces as ours
+    /// holds requests.
+    OtelGroupByTrace,
+    /// OTLP receiver → file exporter (OTLP JSON lines, what `replay` reads): persists spans.
+    OtelFile,
     Discard,
     WalOff,
     Wal,
     WalInterval,
     WalFsyncOff,
+}
+
+impl Setup {
+    fn is_otelcol(self) -> bool {
+        matches!(
+            self,
+            Setup::OtelNop | Setup::OtelGroupByTrace | Setup::OtelFile
+        )
+    }
 }
 
 struct Config {
@@ -1315,6 +1380,18 @@ fn parse_config(name: &str) -> anyhow::Result<Config> {
     };
     let (setup, label) = match base {
         "rotel" => (Setup::Rotel, "Rotel, blackhole exporter (decode + discard)"),
+        "otelcol-nop" => (
+            Setup::OtelNop,
+            "OpenTelemetry Collector, otlp → nop (decode + discard)",
+        ),
+        "otelcol-groupbytrace" => (
+            Setup::OtelGroupByTrace,
+            "OpenTelemetry Collector, otlp → groupbytrace (1 s) → nop",
+        ),
+        "otelcol-file" => (
+            Setup::OtelFile,
+            "OpenTelemetry Collector, otlp → file (OTLP JSON)",
+        ),
         "discard" => (Setup::Discard, "ours, `--sink none` (decode + discard)"),
         "wal-off" => (Setup::WalOff, "ours, Parquet, `--wal off`"),
         "wal" => (
@@ -1331,6 +1408,11 @@ fn parse_config(name: &str) -> anyhow::Result<Config> {
     let label = match (no_attempt_count, setup) {
         (false, _) => label,
         (true, Setup::Rotel) => "Rotel, blackhole, load without attempt_count",
+        (true, Setup::OtelNop) => "OpenTelemetry Collector, nop, load without attempt_count",
+        (true, Setup::OtelGroupByTrace) => {
+            "OpenTelemetry Collector, groupbytrace (1 s), load without attempt_count"
+        }
+        (true, Setup::OtelFile) => "OpenTelemetry Collector, file, load without attempt_count",
         (true, Setup::Discard) => "ours, `--sink none`, load without attempt_count",
         (true, Setup::Wal) => {
             "ours, Parquet + WAL, fsync always, no attempt_count, `--group-wait 1s`"
@@ -1364,6 +1446,7 @@ struct Bench {
     args: BenchArgs,
     work: PathBuf,
     rotel: Option<PathBuf>,
+    otelcol: Option<PathBuf>,
     pricing: PathBuf,
     collector: PathBuf,
     generator: PathBuf,
@@ -1406,6 +1489,16 @@ impl Bench {
             }
             args.push(dir.join("rotel.pid").into());
             rotel
+        } else if config.setup.is_otelcol() {
+            let otelcol = self.otelcol.clone().context("no otelcol")?;
+            let config_file = dir.join("otelcol.yaml");
+            fs::write(
+                &config_file,
+                otelcol_config(config.setup, grpc_addr, http_addr, &dir),
+            )?;
+            args.push("--config".into());
+            args.push(config_file.into());
+            otelcol
         } else {
             let config_file = dir.join("collector.toml");
             let fsync = match config.setup {
@@ -1473,7 +1566,7 @@ impl Bench {
             ..Sample::default()
         };
         sample.spans_per_cpu_s = sample.spans / cpu_s.max(1e-9);
-        if !matches!(config.setup, Setup::Rotel | Setup::Discard) {
+        if !matches!(config.setup, Setup::Rotel | Setup::Discard) && !config.setup.is_otelcol() {
             let (bytes, rows) = parquet_size(&dir.join("out").join("attempts"))?;
             let attempts = report.get("attempts")?;
             if rows != attempts {
@@ -1682,6 +1775,15 @@ fn bench_all(args: BenchArgs) -> anyhow::Result<()> {
     let pricing = fs::canonicalize(&args.pricing)
         .with_context(|| format!("no pricing directory at {}", args.pricing.display()))?;
     let rotel = args.rotel.clone().or_else(find_rotel);
+    let otelcol = args
+        .otelcol
+        .clone()
+        .or_else(|| std::env::var_os(OTELCOL_ENV).map(PathBuf::from))
+        .map(|p| {
+            fs::canonicalize(&p)
+                .with_context(|| format!("no OpenTelemetry Collector at {}", p.display()))
+        })
+        .transpose()?;
     let configs = args
         .configs
         .iter()
@@ -1690,14 +1792,21 @@ fn bench_all(args: BenchArgs) -> anyhow::Result<()> {
     let configs: Vec<Config> = configs
         .into_iter()
         .filter(|c| {
-            let skip = c.setup == Setup::Rotel && rotel.is_none();
-            if skip {
+            if c.setup == Setup::Rotel && rotel.is_none() {
                 eprintln!(
                     "skipping {}: no rotel-agent (pip install rotel, or --rotel PATH)",
                     c.name
                 );
+                return false;
             }
-            !skip
+            if c.setup.is_otelcol() && otelcol.is_none() {
+                eprintln!(
+                    "skipping {}: no OpenTelemetry Collector (--otelcol \"$(tools/otelcol/build.sh)\", or {OTELCOL_ENV})",
+                    c.name
+                );
+                return false;
+            }
+            true
         })
         .collect();
     let work = match &args.work_dir {
@@ -1708,6 +1817,7 @@ fn bench_all(args: BenchArgs) -> anyhow::Result<()> {
     let mut bench = Bench {
         work: work.clone(),
         rotel: rotel.clone(),
+        otelcol,
         pricing,
         collector: collector.clone(),
         generator: std::env::current_exe()?,
@@ -1891,6 +2001,17 @@ fn render(
             .unwrap_or_default();
         line(format!("Rotel: {version}"));
     }
+    if let Some(otelcol) = &bench.otelcol {
+        let version = Command::new(otelcol)
+            .arg("--version")
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default();
+        line(format!(
+            "OpenTelemetry Collector: {version} (tools/otelcol/builder-config.yaml)"
+        ));
+    }
     line(String::new());
     line("| configuration | protocol | spans per collector CPU-s | × discard (same run) | × Rotel (same run) | spans/s (wall) | export p50 / p99 ms | collector CPU-s | peak RSS MiB |".into());
     line("|---|---|---|---|---|---|---|---|---|".into());
@@ -1930,6 +2051,49 @@ fn render(
         ));
     }
     line(String::new());
+    // Ours against each OpenTelemetry Collector configuration, round by round.
+    let peers: Vec<&Config> = configs
+        .iter()
+        .filter(|c| c.setup.is_otelcol() && has(&c.name))
+        .collect();
+    let ours: Vec<&Config> = configs
+        .iter()
+        .filter(|c| !c.setup.is_otelcol() && c.setup != Setup::Rotel && has(&c.name))
+        .collect();
+    if !peers.is_empty() && !ours.is_empty() {
+        let median_rss = |name: &str| {
+            stats(
+                &samples[name]
+                    .iter()
+                    .map(|s| s.peak_rss_mib)
+                    .collect::<Vec<_>>(),
+            )
+            .0
+        };
+        line("Ours against the OpenTelemetry Collector (same rounds): spans per collector CPU-s, ours ÷ the Collector's, median (min–max) of the rounds' ratios; then peak RSS MiB, ours / the Collector's (medians).".into());
+        line(String::new());
+        let mut header = "| ours |".to_owned();
+        let mut rule = "|---|".to_owned();
+        for peer in &peers {
+            header.push_str(&format!(" {} |", peer.label));
+            rule.push_str("---|");
+        }
+        line(header);
+        line(rule);
+        for config in &ours {
+            let mut row = format!("| {} ({}) |", config.label, config.protocol.as_str());
+            for peer in &peers {
+                row.push_str(&format!(
+                    " {}×; {:.0} / {:.0} MiB |",
+                    fmt_range(&ratios(samples, &config.name, &peer.name, cpu), 2),
+                    median_rss(&config.name),
+                    median_rss(&peer.name),
+                ));
+            }
+            line(row);
+        }
+        line(String::new());
+    }
     if !latency.is_empty() {
         line(format!(
             "Single export in flight ({} requests of {} spans, one connection):",
