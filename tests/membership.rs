@@ -17,270 +17,56 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
-use common::child;
-use common::otel::{export_grpc, span_data, ServiceBatch};
+use common::otel::{export_grpc, span_count, span_data, ServiceBatch};
+use common::otelcol::{
+    otelcol_binary, rows_with_instance, wait_received, Instance, Otelcol, BUCKET, PREFIX,
+};
 use common::s3::S3Server;
+use common::spans::{kv, kv_int, kv_text, SECOND};
 use common::Row;
 use opentelemetry::InstrumentationScope;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue};
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-const OTELCOL_ENV: &str = "RETRY_SPEND_OTELCOL";
-const SHIPPED: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/config/otelcol-load-balancing.yaml"
-);
-const BUCKET: &str = "lake";
-const PREFIX: &str = "shared";
 /// Requests in flight across both changes: enough that, whatever ports the ring hashes, some
 /// stay put, some move at each change and some go away and come back (about one in twelve).
 const REQUESTS: usize = 120;
-const DEADLINE: Duration = Duration::from_secs(60);
 /// Longer than the test: a request is evaluated when its three attempts are in, or when its
 /// instance stops, never by its timer, so what each row says depends on routing alone.
 const GROUP_WAIT: &str = "10m";
 /// 2026-08-25T12:00:00Z, within 30 days of the shipped pricing snapshot.
 const T0: u64 = 1_787_659_200_000_000_000;
-const SECOND: u64 = 1_000_000_000;
 
 // ---------------------------------------------------------------------------------------------
-// The Collector and the instances (as in tests/two_tier.rs).
+// The instances (the Collector and the rest of both tiers: tests/common/otelcol.rs).
 
-fn otelcol_binary() -> PathBuf {
-    let path = std::env::var_os(OTELCOL_ENV).unwrap_or_else(|| {
-        panic!(
-            "{OTELCOL_ENV} is not set: this test runs the OpenTelemetry Collector that \
-             tools/otelcol/build.sh builds (needs Go 1.26 and the Go module proxy). Run \
-             `export {OTELCOL_ENV}=\"$(tools/otelcol/build.sh)\"` first, as .ci/run does."
-        )
-    });
-    let path = PathBuf::from(path);
-    assert!(
-        path.is_file(),
-        "{OTELCOL_ENV}={} is not a file: run tools/otelcol/build.sh",
-        path.display()
-    );
-    path
-}
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-}
-
-fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("{what} did not exit within {DEADLINE:?} of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-struct Otelcol {
-    child: Child,
-    grpc_addr: SocketAddr,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Otelcol {
-    /// The shipped config, its `${env:...}` values set, its own metrics off (overlay).
-    fn start(instances: &[SocketAddr], dir: &Path) -> Otelcol {
-        let overlay = dir.join("otelcol-overlay.yaml");
-        std::fs::write(
-            &overlay,
-            "service:\n  telemetry:\n    metrics:\n      level: none\n",
-        )
-        .expect("overlay");
-        let (grpc_addr, http_addr) = (free_addr(), free_addr());
-        let hostnames: Vec<String> = instances.iter().map(SocketAddr::to_string).collect();
-        let mut child = Command::new(otelcol_binary())
-            .arg("--config")
-            .arg(SHIPPED)
-            .arg("--config")
-            .arg(&overlay)
-            .env("OTELCOL_GRPC_ENDPOINT", grpc_addr.to_string())
-            .env("OTELCOL_HTTP_ENDPOINT", http_addr.to_string())
-            .env(
-                "RETRY_SPEND_INSTANCES",
-                format!("[{}]", hostnames.join(", ")),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the OpenTelemetry Collector");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let kept = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                if line.contains("Everything is ready") {
-                    let _ = ready_tx.send(());
-                }
-                kept.lock().unwrap().push(line);
-            }
-        });
-        if ready_rx.recv_timeout(DEADLINE).is_err() {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the Collector did not get ready:\n{}",
-                log.lock().unwrap().join("\n")
-            );
-        }
-        Otelcol {
-            child,
-            grpc_addr,
-            log,
-        }
-    }
-
-    fn stop(mut self) {
-        child::signal(&self.child, "TERM");
-        let status = wait_exit(&mut self.child, "the Collector");
-        let log = self.log.lock().unwrap().join("\n");
-        assert!(
-            status.success(),
-            "the Collector exited with {status}:\n{log}"
-        );
-        assert!(
-            !log.contains("Exporting failed. Dropping data"),
-            "the Collector dropped data:\n{log}"
-        );
-    }
-}
-
-struct Instance {
-    id: String,
-    collector: child::Collector,
-    metrics_addr: SocketAddr,
-}
-
-impl Instance {
-    /// Instance `id` on the shared prefix, its write-ahead log (and so its finished-request
-    /// summaries) under `state/<id>`.
-    fn start(id: &str, server: &S3Server, state: &Path) -> Instance {
-        let env = server.env();
-        let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let wal = state.join(id).to_string_lossy().into_owned();
-        let output = format!("s3://{BUCKET}/{PREFIX}");
-        let collector = child::start(
-            Path::new(&output),
-            &[
-                "--instance-id",
-                id,
-                "--wal-dir",
-                &wal,
-                "--group-wait",
-                GROUP_WAIT,
-            ],
-            &envs,
-        );
-        let deadline = Instant::now() + DEADLINE;
-        let metrics_addr = loop {
-            let line = collector
-                .log
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("the start-up log names the metrics address");
-            if let Some(rest) = line.split("metrics_addr=").nth(1) {
-                break rest
-                    .split_whitespace()
-                    .next()
-                    .and_then(|a| a.parse().ok())
-                    .expect("metrics address");
-            }
-        };
-        Instance {
-            id: id.to_owned(),
-            collector,
-            metrics_addr,
-        }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.collector.grpc_addr
-    }
-
-    fn spans_received(&self) -> u64 {
-        let mut stream = TcpStream::connect(self.metrics_addr).expect("connect to /metrics");
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.metrics_addr
-        )
-        .expect("send");
-        let mut body = String::new();
-        stream.read_to_string(&mut body).expect("metrics");
-        body.lines()
-            .filter(|l| l.starts_with("retry_spend_spans_received_total"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
-    }
-
-    fn stop(mut self) {
-        child::signal(&self.collector.child, "TERM");
-        let status = wait_exit(&mut self.collector.child, &self.id);
-        let log: Vec<String> = self.collector.log.try_iter().collect();
-        assert!(
-            status.success(),
-            "{} exited with {status}:\n{}",
-            self.id,
-            log.join("\n")
-        );
-    }
-}
-
-/// Polls (bounded) until `instances` have received `spans` in all since they started.
-fn wait_received(instances: &[&Instance], spans: u64) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let received: u64 = instances.iter().map(|i| i.spans_received()).sum();
-        assert!(received <= spans, "{received} spans received, {spans} sent");
-        if received == spans {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{received} of {spans} spans reached the instances within {DEADLINE:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// Instance `id` on the shared prefix, its write-ahead log (and so its finished-request
+/// summaries) under `state/<id>`.
+fn start_instance(id: &str, server: &S3Server, state: &Path) -> Instance {
+    let env = server.env();
+    let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let wal = state.join(id).to_string_lossy().into_owned();
+    let output = format!("s3://{BUCKET}/{PREFIX}");
+    Instance::start(
+        id,
+        Path::new(&output),
+        &[
+            "--instance-id",
+            id,
+            "--wal-dir",
+            &wal,
+            "--group-wait",
+            GROUP_WAIT,
+        ],
+        &envs,
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
 // The requests.
-
-fn kv(key: &str, value: Value) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    }
-}
-
-fn string(key: &str, value: &str) -> KeyValue {
-    kv(key, Value::StringValue(value.into()))
-}
-
-fn int(key: &str, value: i64) -> KeyValue {
-    kv(key, Value::IntValue(value))
-}
 
 /// Request `n` as the SDK records it (the example's `req-glm-retry` with a third attempt): a
 /// logical span with its envelope and pricing, and attempts 0 and 1 that hit a rate limit and
@@ -294,21 +80,21 @@ fn request(n: usize) -> [Span; 4] {
     let start = T0 + n as u64 * SECOND;
     let attempt = |index: u8| {
         let mut attributes = vec![
-            string("retry_spend.span.role", "attempt"),
-            string("retry_spend.request.id", &request_id),
-            int("retry_spend.attempt.index", i64::from(index)),
-            string("gen_ai.operation.name", "chat"),
-            string("gen_ai.provider.name", "aiwave"),
-            string("gen_ai.request.model", "glm-5"),
-            string("gen_ai.response.model", "glm-5"),
-            int("gen_ai.request.max_tokens", 800),
-            int("gen_ai.usage.input_tokens", 10_000),
-            int("gen_ai.usage.cache_read.input_tokens", 4_000),
+            kv_text("retry_spend.span.role", "attempt"),
+            kv_text("retry_spend.request.id", &request_id),
+            kv_int("retry_spend.attempt.index", i64::from(index)),
+            kv_text("gen_ai.operation.name", "chat"),
+            kv_text("gen_ai.provider.name", "aiwave"),
+            kv_text("gen_ai.request.model", "glm-5"),
+            kv_text("gen_ai.response.model", "glm-5"),
+            kv_int("gen_ai.request.max_tokens", 800),
+            kv_int("gen_ai.usage.input_tokens", 10_000),
+            kv_int("gen_ai.usage.cache_read.input_tokens", 4_000),
         ];
         if index < 2 {
-            attributes.push(string("error.type", "rate_limited"));
+            attributes.push(kv_text("error.type", "rate_limited"));
         } else {
-            attributes.push(int("gen_ai.usage.output_tokens", 612));
+            attributes.push(kv_int("gen_ai.usage.output_tokens", 612));
         }
         let begins = start + 100_000_000 + u64::from(index) * 3 * SECOND;
         Span {
@@ -335,26 +121,26 @@ fn request(n: usize) -> [Span; 4] {
         start_time_unix_nano: start,
         end_time_unix_nano: start + 9 * SECOND,
         attributes: vec![
-            string("retry_spend.span.role", "logical_request"),
-            string("retry_spend.request.id", &request_id),
-            int("retry_spend.attempt_count", 3),
-            string(
+            kv_text("retry_spend.span.role", "logical_request"),
+            kv_text("retry_spend.request.id", &request_id),
+            kv_int("retry_spend.attempt_count", 3),
+            kv_text(
                 "retry_spend.pricing.source",
                 "https://aiwave.live/api/pricing",
             ),
-            string("retry_spend.pricing.checked_at", "2026-08-22"),
-            string(
+            kv_text("retry_spend.pricing.checked_at", "2026-08-22"),
+            kv_text(
                 "retry_spend.pricing.version",
                 "a42d372ccf0b5dd13ecf71203521f9d2",
             ),
-            string("retry_spend.billing_group", "vip"),
-            string("retry_spend.envelope.max_incremental_usd", "0.03"),
-            int("retry_spend.envelope.max_attempts_after_first", 2),
+            kv_text("retry_spend.billing_group", "vip"),
+            kv_text("retry_spend.envelope.max_incremental_usd", "0.03"),
+            kv_int("retry_spend.envelope.max_attempts_after_first", 2),
             kv(
                 "retry_spend.envelope.allowed_fallback_families",
                 Value::ArrayValue(ArrayValue { values: families }),
             ),
-            string("retry_spend.task.type", "support_summary"),
+            kv_text("retry_spend.task.type", "support_summary"),
         ],
         ..Default::default()
     };
@@ -381,29 +167,6 @@ fn phase(requests: &[[Span; 4]], phase: usize) -> Vec<ServiceBatch> {
         .collect()
 }
 
-fn span_count(batches: &[ServiceBatch]) -> u64 {
-    batches.iter().map(|(_, spans)| spans.len() as u64).sum()
-}
-
-/// Every row with the instance that wrote it (from its object's name).
-fn rows_with_instance(server: &S3Server, ids: &[&str]) -> Vec<(String, Row)> {
-    let bucket = server.client(BUCKET);
-    let mut out = Vec::new();
-    let mut schema = None;
-    for key in bucket.keys(&format!("{PREFIX}/attempts")) {
-        let name = key.rsplit('/').next().unwrap_or_default();
-        let id = ids
-            .iter()
-            .find(|id| name.starts_with(&format!("part-{id}-")))
-            .unwrap_or_else(|| panic!("{key} is no instance's file"));
-        let mut rows = Vec::new();
-        let partition = key.rsplit('/').nth(1).map(str::to_owned);
-        common::read_file(bucket.get(&key), partition, &mut schema, &mut rows);
-        out.extend(rows.into_iter().map(|r| (id.to_string(), r)));
-    }
-    out
-}
-
 /// What a row says: decision, audited, unaudited reason.
 fn verdict(row: &Row) -> String {
     format!(
@@ -421,9 +184,9 @@ async fn removing_and_adding_an_instance_mid_request_moves_retries_as_the_docs_s
     let state = tempfile::tempdir().unwrap();
     let requests: Vec<[Span; 4]> = (0..REQUESTS).map(request).collect();
     let (a, b, c) = (
-        Instance::start("a", &server, state.path()),
-        Instance::start("b", &server, state.path()),
-        Instance::start("c", &server, state.path()),
+        start_instance("a", &server, state.path()),
+        start_instance("b", &server, state.path()),
+        start_instance("c", &server, state.path()),
     );
 
     // 1. A, B, C: every attempt 0.
@@ -445,8 +208,8 @@ async fn removing_and_adding_an_instance_mid_request_moves_retries_as_the_docs_s
 
     // 3. C back (its log and summaries kept), D new.
     otelcol.stop();
-    let c = Instance::start("c", &server, state.path());
-    let d = Instance::start("d", &server, state.path());
+    let c = start_instance("c", &server, state.path());
+    let d = start_instance("d", &server, state.path());
     let otelcol = Otelcol::start(&[a.addr(), b.addr(), c.addr(), d.addr()], state.path());
     let third = phase(&requests, 2);
     let sent_2 = span_count(&third);

@@ -99,9 +99,13 @@ async fn plain_instrumentation_gives_the_replay_rows_in_serve() {
 
 const INSTANCES: usize = 3;
 
-/// The OpenTelemetry Collector's `load_balancing` exporter with `routing_key: attributes` on
-/// `retry_spend.request.id`: the key's hash picks the instance; a span without the attribute is
-/// routed by its trace id.
+/// A load balancer that keys each span by its `retry_spend.request.id` (its trace id when it has
+/// none) and lets the key's hash pick the instance, so that a request whose attempts are in
+/// several traces ([`spread_requests`]) still reaches one instance. This is not what the shipped
+/// `config/otelcol-load-balancing.yaml` does: its `load_balancing` exporter routes by
+/// `routing_key: traceID`, every span of a trace to one instance whatever its attributes, which
+/// would split such requests over instances (tests/two_tier.rs and tests/membership.rs run the
+/// real exporter).
 fn instance_of(span: &Span) -> usize {
     use std::hash::{Hash, Hasher};
     let request_id = span.attributes.iter().find_map(|kv| {

@@ -6,6 +6,8 @@
 //!   `serve` as a child process ([`child::Serve`], [`child::start`]).
 //! - [`collector`]: the collector in-process ([`collector::started`], [`collector::served_rows`]).
 //! - [`spans`], [`plain`], [`otel`]: spans built in code, generated, or sent with the SDK.
+//! - [`otelcol`]: the real OpenTelemetry Collector in front of `serve` instances on one S3
+//!   prefix, and the rows each instance wrote.
 //! - [`feed`], [`s3`], [`secure`], [`python`]: a pricing feed, an S3 server, TLS material and
 //!   the Python of the tests that need outside tools.
 //! - Here: reading the `attempts` table back as [`Row`]s.
@@ -181,6 +183,7 @@ pub mod child;
 pub mod collector;
 pub mod feed;
 pub mod otel;
+pub mod otelcol;
 pub mod plain;
 pub mod python;
 pub mod replay;

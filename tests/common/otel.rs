@@ -19,6 +19,11 @@ use opentelemetry_sdk::Resource;
 /// Spans of one service: the SDK exporter carries one resource.
 pub type ServiceBatch = (String, Vec<SpanData>);
 
+/// The spans in `batches`, all services together.
+pub fn span_count(batches: &[ServiceBatch]) -> u64 {
+    batches.iter().map(|(_, spans)| spans.len() as u64).sum()
+}
+
 fn value(v: &any_value::Value) -> Option<Value> {
     Some(match v {
         any_value::Value::StringValue(s) => Value::String(s.clone().into()),
