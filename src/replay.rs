@@ -407,7 +407,7 @@ fn replay_with(
     engine: &Engine,
     max_pending_bytes: u64,
     workers: usize,
-    open_sink: impl Fn() -> Result<ParquetSink, ParquetSinkError> + Sync,
+    open_sink: impl Fn() -> Result<ParquetSink, ParquetSinkError>,
     writing: &Mutex<()>,
     mut on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
@@ -428,21 +428,25 @@ fn replay_with(
     // Set when reading failed: the streams drop what they hold (their sinks remove what they
     // created) instead of completing files.
     let aborted = std::sync::atomic::AtomicBool::new(false);
+    // Opened one after another here, so that the first creates the output's directories and
+    // alone removes them again when the replay fails before writing anything.
+    let sinks = {
+        let _writing = lock(writing);
+        (0..shards)
+            .map(|_| open_sink())
+            .collect::<Result<Vec<ParquetSink>, ParquetSinkError>>()?
+    };
     std::thread::scope(|scope| -> Result<(), ReplayError> {
         let mut senders = Vec::with_capacity(shards);
         let mut streams = Vec::with_capacity(shards);
-        for shard in 0..shards {
+        for (shard, sink) in sinks.into_iter().enumerate() {
             // A few chunks per stream in flight bound what waits between reading and assembly.
             let (sender, lines) = std::sync::mpsc::sync_channel::<Vec<Vec<SpanFacts>>>(4);
             senders.push(sender);
-            let (open_sink, bounds, aborted) = (&open_sink, &bounds, &aborted);
+            let (bounds, aborted) = (&bounds, &aborted);
             let thread = std::thread::Builder::new()
                 .name(format!("replay-{shard}"))
                 .spawn_scoped(scope, move || {
-                    let sink = {
-                        let _writing = lock(writing);
-                        open_sink()?
-                    };
                     let mut stream = Stream {
                         engine,
                         assembler: Assembler::new(bounds, shards),
