@@ -396,18 +396,19 @@ fn upload_replay(
     )
 }
 
-/// `writing` is held whenever a sink writes files (not while it waits for their upload).
+/// `writing` is held whenever the sink writes files (not while it waits for their upload).
 ///
 /// The spans go to `shards` streams by trace, as `serve` shards them: each owns an assembler
-/// with its share of `max_pending_bytes` and a sink of its own, and runs on its own thread,
-/// while this thread reads, routes and counts lines. A trace's spans all reach one stream in
+/// with its share of `max_pending_bytes` and runs on its own thread, while this thread reads,
+/// routes and counts lines. They share one sink, so a replay writes one file per date and
+/// rotation as before, whatever the number of streams. A trace's spans all reach one stream in
 /// input order, line by line, so every request is judged exactly as one stream would judge it.
 fn replay_with(
     inputs: &[PathBuf],
     engine: &Engine,
     max_pending_bytes: u64,
     workers: usize,
-    open_sink: impl Fn() -> Result<ParquetSink, ParquetSinkError>,
+    open_sink: impl FnOnce() -> Result<ParquetSink, ParquetSinkError>,
     writing: &Mutex<()>,
     mut on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
@@ -425,25 +426,21 @@ fn replay_with(
     };
     let keys = engine.policies.attribute_keys();
     let mut summary = ReplaySummary::default();
-    // Set when reading failed: the streams drop what they hold (their sinks remove what they
-    // created) instead of completing files.
+    // Set when reading failed: the streams stop instead of evaluating what they hold, and the
+    // sink is dropped unfinished (removing what it created).
     let aborted = std::sync::atomic::AtomicBool::new(false);
-    // Opened one after another here, so that the first creates the output's directories and
-    // alone removes them again when the replay fails before writing anything.
-    let sinks = {
+    let sink = {
         let _writing = lock(writing);
-        (0..shards)
-            .map(|_| open_sink())
-            .collect::<Result<Vec<ParquetSink>, ParquetSinkError>>()?
+        Mutex::new(open_sink()?)
     };
     std::thread::scope(|scope| -> Result<(), ReplayError> {
         let mut senders = Vec::with_capacity(shards);
         let mut streams = Vec::with_capacity(shards);
-        for (shard, sink) in sinks.into_iter().enumerate() {
+        for shard in 0..shards {
             // A few chunks per stream in flight bound what waits between reading and assembly.
             let (sender, lines) = std::sync::mpsc::sync_channel::<Vec<Vec<SpanFacts>>>(4);
             senders.push(sender);
-            let (bounds, aborted) = (&bounds, &aborted);
+            let (bounds, aborted, sink) = (&bounds, &aborted, &sink);
             let thread = std::thread::Builder::new()
                 .name(format!("replay-{shard}"))
                 .spawn_scoped(scope, move || {
@@ -502,7 +499,15 @@ fn replay_with(
         }
         failed.map_or(Ok(()), Err)
     })?;
+    let mut sink = sink.into_inner().unwrap_or_else(PoisonError::into_inner);
+    {
+        let _writing = lock(writing);
+        summary.files_written.extend(sink.flush_all()?);
+    }
+    // Every file is complete: what is left is waiting for their upload.
+    summary.files_written.extend(sink.close()?);
     summary.files_written.sort();
+    summary.files_written.dedup();
     Ok(summary)
 }
 
@@ -589,7 +594,8 @@ struct Stream<'e> {
     assembler: Assembler,
     now: Instant,
     ready: Ready,
-    sink: ParquetSink,
+    /// Shared by every stream of the replay.
+    sink: &'e Mutex<ParquetSink>,
     rows: Vec<AttemptRow>,
     /// Held while the sink writes files.
     writing: &'e Mutex<()>,
@@ -631,28 +637,22 @@ impl Stream<'_> {
             // and Parquet per-batch costs for every one to three rows.
             if self.rows.len() >= WRITE_BATCH_ROWS {
                 let _writing = lock(self.writing);
-                summary.files_written.extend(self.sink.write(&self.rows)?);
+                let mut sink = self.sink.lock().unwrap_or_else(PoisonError::into_inner);
+                summary.files_written.extend(sink.write(&self.rows)?);
                 self.rows.clear();
             }
         }
         Ok(())
     }
 
-    /// At the end of the input: evaluates what is still held, writes and completes every file,
-    /// and waits for their upload.
+    /// At the end of the input: evaluates what is still held and writes its rows (the files
+    /// are completed once every stream is done).
     fn finish(mut self) -> Result<ReplaySummary, ReplayError> {
         self.ready = self.assembler.drain_all();
         self.write_ready()?;
-        {
-            let _writing = lock(self.writing);
-            let written = self.sink.write(&self.rows)?;
-            self.summary.files_written.extend(written);
-            let flushed = self.sink.flush_all()?;
-            self.summary.files_written.extend(flushed);
-        }
-        // Every file is complete: what is left is waiting for their upload.
-        let uploaded = self.sink.close()?;
-        self.summary.files_written.extend(uploaded);
+        let _writing = lock(self.writing);
+        let mut sink = self.sink.lock().unwrap_or_else(PoisonError::into_inner);
+        self.summary.files_written.extend(sink.write(&self.rows)?);
         Ok(self.summary)
     }
 }
