@@ -506,8 +506,8 @@ fn replay_with(
     }
     // Every file is complete: what is left is waiting for their upload.
     summary.files_written.extend(sink.close()?);
+    // The streams' files were absorbed in the order the streams ended; names sort by time.
     summary.files_written.sort();
-    summary.files_written.dedup();
     Ok(summary)
 }
 

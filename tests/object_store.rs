@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use retry_spend_collector::record::{AttemptRow, AttemptSource, Decision, SpendClass};
+use retry_spend_collector::record::{AttemptRow, AttemptSource};
 use retry_spend_collector::service::start;
 use retry_spend_collector::sinks::parquet::remote::{
     self, LogObserver, UploadRetries, Uploader, MIN_PART_BYTES,
@@ -217,48 +217,11 @@ fn bulky_row(n: usize, reason_bytes: usize) -> AttemptRow {
         span_id: format!("{:016x}", n + 1),
         request_id: format!("bulk-{n}"),
         service_name: "bulk".into(),
-        task_type: None,
-        billing_group: None,
-        provider: None,
-        attempt_index: 0,
         original_model: Some("glm-5".into()),
-        retry_model: None,
-        response_model: None,
-        original_family: None,
-        retry_family: None,
-        input_tokens: None,
-        cached_input_tokens: None,
-        output_tokens: None,
-        output_cap: None,
-        planned_attempt_usd: None,
-        actual_attempt_usd: None,
-        estimated_incremental_usd: None,
-        cumulative_incremental_usd: None,
-        remaining_envelope_usd: None,
-        max_incremental_usd: None,
-        group_ratio: None,
-        sdk_estimated_incremental_usd: None,
-        sdk_remaining_envelope_usd: None,
-        max_attempts_after_first: None,
-        pricing_version: None,
-        pricing_source: None,
-        pricing_digest: None,
-        pricing_checked_at: None,
-        spend_class: SpendClass::Base,
-        decision: Decision::FirstAttempt,
         decision_reason: reason,
         audited: false,
-        unaudited_reason: None,
-        error_type: None,
-        sdk_decision_reason: None,
-        violations: Vec::new(),
-        output_reached_client: None,
         attempt_source: AttemptSource::Single,
-        envelope_source: None,
-        cache_write_input_tokens: None,
-        usage_source: None,
-        output_cap_source: None,
-        price_tier_above_input_tokens: None,
+        ..AttemptRow::blank()
     }
 }
 
