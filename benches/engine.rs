@@ -18,11 +18,12 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 use prost::Message;
 
-use retry_spend_collector::assemble::{Grouper, Request};
+use retry_spend_collector::assemble::{Assembler, AssemblyBounds, Request};
 use retry_spend_collector::contract::otlp_json::parse_request;
 use retry_spend_collector::contract::{service_name, SpanFacts};
-use retry_spend_collector::engine::{ingest, span_facts};
+use retry_spend_collector::engine::{span_facts, Engine};
 use retry_spend_collector::pricing::PricingBook;
+use retry_spend_collector::processor::{Arrival, Processor};
 use retry_spend_collector::record::AttemptRow;
 use retry_spend_collector::rules::{evaluate, RulesConfig};
 use retry_spend_collector::sinks::parquet::rows_to_batch;
@@ -87,13 +88,24 @@ fn request_512() -> ExportTraceServiceRequest {
     }
 }
 
-/// Every logical request of the examples, grouped.
-fn example_logical_requests() -> Vec<Request> {
-    let mut grouper = Grouper::with_finished_capacity(0);
-    for request in example_requests() {
-        ingest(&mut grouper, &request);
+fn engine() -> Engine {
+    Engine {
+        book: book(),
+        ..Engine::default()
     }
-    grouper.drain_all()
+}
+
+/// Every logical request of the examples, as the processor assembles them.
+fn example_logical_requests() -> Vec<Request> {
+    let mut requests = Vec::new();
+    let spans = example_requests();
+    Processor::rows_of(
+        engine(),
+        spans.iter().flat_map(span_facts),
+        std::time::Instant::now(),
+        |request, _, _| requests.push(request.clone()),
+    );
+    requests
 }
 
 /// `ROWS_PER_BATCH` rows: the examples' rows repeated, with unique trace and span ids so the
@@ -156,19 +168,29 @@ fn contract(c: &mut Criterion) {
                 .collect::<Vec<_>>()
         })
     });
-    group.bench_function("decode_group_evaluate_512_spans", |b| {
-        let book = book();
-        let config = RulesConfig::default();
-        b.iter(|| {
-            let request = ExportTraceServiceRequest::decode(black_box(&encoded[..])).unwrap();
-            let mut grouper = Grouper::with_finished_capacity(0);
-            ingest(&mut grouper, &request);
-            grouper
-                .drain_all()
-                .iter()
-                .map(|r| evaluate(r, &book, &config).len())
-                .sum::<usize>()
-        })
+    // What a `serve` shard does with one export: the processor every driver runs.
+    group.bench_function("decode_process_512_spans", |b| {
+        let engine = engine();
+        let now = std::time::Instant::now();
+        b.iter_batched(
+            || {
+                Processor::new(
+                    engine.clone(),
+                    Assembler::new(&AssemblyBounds::default(), 1),
+                )
+            },
+            |mut processor| {
+                let request = ExportTraceServiceRequest::decode(black_box(&encoded[..])).unwrap();
+                for facts in span_facts(&request) {
+                    processor.offer(facts, now, Arrival::Live);
+                }
+                processor.drain_all();
+                let mut rows = Vec::with_capacity(SPANS_PER_REQUEST);
+                processor.evaluate(&mut rows, usize::MAX, |_, _, _| {});
+                rows.len()
+            },
+            BatchSize::SmallInput,
+        )
     });
     group.finish();
 }

@@ -4,7 +4,7 @@
 //! crate (crates/core), re-exported here under the same names; this crate receives, logs, shards,
 //! writes and serves.
 
-pub use retry_spend_core::{assemble, contract, engine, policy, pricing, record, rules};
+pub use retry_spend_core::{assemble, contract, engine, policy, pricing, processor, record, rules};
 
 pub mod config;
 pub mod config_kernel;

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use rust_decimal::Decimal;
 
-use crate::assemble::AssemblyBounds;
-use crate::assemble::{Assembler, Offer, Ready};
+use crate::assemble::{Assembler, AssemblyBounds};
 use crate::contract::otlp_json::read_facts;
 use crate::contract::{AttributeKeys, SpanFacts};
-use crate::engine::{Engine, IngestStats};
+use crate::engine::Engine;
 use crate::pipeline::shard_of;
+use crate::processor::{Arrival, Counts, Processor};
 use crate::record::{AttemptRow, Decision, SpendClass};
 use crate::sinks::parquet::remote::{self, LogObserver, UploadRetries, Uploader};
 use crate::sinks::parquet::{
@@ -57,7 +57,8 @@ pub enum ReplayError {
 #[derive(Debug, Default)]
 pub struct ReplaySummary {
     pub lines: usize,
-    pub ingest: IngestStats,
+    /// What the spans were; its request and row counts are the fields below.
+    pub ingest: Counts,
     pub requests: usize,
     pub rows: usize,
     pub rows_by_decision: BTreeMap<Decision, usize>,
@@ -445,10 +446,8 @@ fn replay_with(
                 .name(format!("replay-{shard}"))
                 .spawn_scoped(scope, move || {
                     let mut stream = Stream {
-                        engine,
-                        assembler: Assembler::new(bounds, shards),
+                        processor: Processor::new(engine.clone(), Assembler::new(bounds, shards)),
                         now: Instant::now(),
-                        ready: Ready::default(),
                         sink,
                         rows: Vec::with_capacity(WRITE_BATCH_ROWS),
                         writing,
@@ -461,6 +460,7 @@ fn replay_with(
                         }
                     }
                     if aborted.load(std::sync::atomic::Ordering::Acquire) {
+                        stream.summary.ingest = stream.processor.counts();
                         return Ok(stream.summary);
                     }
                     stream.finish()
@@ -587,13 +587,13 @@ fn lock(mutex: &Mutex<()>) -> MutexGuard<'_, ()> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One stream of spans on their way to rows: the assembler, the requests it made ready, the
-/// batch of rows not yet written, and what it did.
+/// One stream of spans on their way to rows: its processor, the batch of rows not yet
+/// written, and what it did.
 struct Stream<'e> {
-    engine: &'e Engine,
-    assembler: Assembler,
+    processor: Processor,
+    /// Time stands still in a replay: requests are evaluated when complete, at their budget,
+    /// or at the end of the input, never because of a wait.
     now: Instant,
-    ready: Ready,
     /// Shared by every stream of the replay.
     sink: &'e Mutex<ParquetSink>,
     rows: Vec<AttemptRow>,
@@ -603,56 +603,50 @@ struct Stream<'e> {
 }
 
 impl Stream<'_> {
-    /// Offers every span of one line to the assembler.
+    /// Offers every span of one line.
     fn offer(&mut self, spans: Vec<SpanFacts>) {
-        let stats = &mut self.summary.ingest;
         for facts in spans {
-            stats.spans += 1;
-            let counter = match self.assembler.offer(facts, self.now, &mut self.ready) {
-                Offer::Attempt(_) | Offer::Plain => &mut stats.attempts,
-                Offer::Logical => &mut stats.logical,
-                Offer::Duplicate => &mut stats.duplicates,
-                // HTTP tries count as other spans: most are no retries of anything.
-                Offer::Passthrough | Offer::HeldTry => &mut stats.passthrough,
-            };
-            *counter += 1;
+            self.processor.offer(facts, self.now, Arrival::Live);
         }
     }
 
-    /// Evaluates the requests made ready, and writes rows once a batch is full.
+    /// Evaluates the requests made ready, and writes rows once a batch is full: a batch per
+    /// request would pay the Arrow and Parquet per-batch costs for every one to three rows.
     fn write_ready(&mut self) -> Result<(), ParquetSinkError> {
-        let summary = &mut self.summary;
-        summary.evaluated_early += self.ready.evicted;
-        self.ready.evicted = 0;
-        // Spans inference let go made no row; in `replay` nothing is forwarded.
-        self.ready.consumed.clear();
-        for request in std::mem::take(&mut self.ready.requests) {
-            summary.requests += 1;
+        loop {
             let start = self.rows.len();
-            self.rows.extend(self.engine.evaluate(&request));
+            // Spans inference let go made no row; in `replay` nothing is forwarded.
+            let done = self
+                .processor
+                .evaluate(&mut self.rows, WRITE_BATCH_ROWS, |_, _, _| {});
+            let summary = &mut self.summary;
+            summary.evaluated_early += done.evicted;
+            summary.requests += done.requests as usize;
             self.rows[start..].iter().for_each(|row| summary.count(row));
-            // Remembered for late retries and re-sent spans, as `serve` does.
-            self.assembler.finish(request);
-            // Rows go to the sink in large batches: a batch per request would pay the Arrow
-            // and Parquet per-batch costs for every one to three rows.
             if self.rows.len() >= WRITE_BATCH_ROWS {
-                let _writing = lock(self.writing);
-                let mut sink = self.sink.lock().unwrap_or_else(PoisonError::into_inner);
-                summary.files_written.extend(sink.write(&self.rows)?);
-                self.rows.clear();
+                self.write_rows()?;
+            }
+            if !done.more {
+                return Ok(());
             }
         }
+    }
+
+    fn write_rows(&mut self) -> Result<(), ParquetSinkError> {
+        let _writing = lock(self.writing);
+        let mut sink = self.sink.lock().unwrap_or_else(PoisonError::into_inner);
+        self.summary.files_written.extend(sink.write(&self.rows)?);
+        self.rows.clear();
         Ok(())
     }
 
     /// At the end of the input: evaluates what is still held and writes its rows (the files
     /// are completed once every stream is done).
     fn finish(mut self) -> Result<ReplaySummary, ReplayError> {
-        self.ready = self.assembler.drain_all();
+        self.processor.drain_all();
         self.write_ready()?;
-        let _writing = lock(self.writing);
-        let mut sink = self.sink.lock().unwrap_or_else(PoisonError::into_inner);
-        self.summary.files_written.extend(sink.write(&self.rows)?);
+        self.write_rows()?;
+        self.summary.ingest = self.processor.counts();
         Ok(self.summary)
     }
 }

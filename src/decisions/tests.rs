@@ -13,10 +13,10 @@ use proptest::test_runner::TestRunner;
 use super::json::{request_from_json, response_to_json};
 use super::proto::{Attempt, Envelope, ProposedAttempt};
 use super::*;
-use crate::assemble::Grouper;
 use crate::contract::{attr, kv};
 use crate::policy::PolicySet;
 use crate::pricing::{PricingBook, Snapshot};
+use crate::processor::Processor;
 use crate::record::{UnauditedReason, Violation};
 use crate::rules::RulesConfig;
 
@@ -648,16 +648,16 @@ fn as_spans(
     }
 }
 
-/// The row the audit writes for attempt k when the spans arrive, through the grouper `replay`
-/// uses and the same engine.
+/// The row the audit writes for attempt k when the spans arrive, through the processor `replay`
+/// and `serve` run, with the same engine.
 fn audited_row(engine: &Engine, spans: &ExportTraceServiceRequest, k: i32) -> AttemptRow {
-    let mut grouper = Grouper::default();
-    crate::engine::ingest_with(&mut grouper, spans, engine.policies.attribute_keys());
-    let rows: Vec<AttemptRow> = grouper
-        .drain_all()
-        .iter()
-        .flat_map(|request| engine.evaluate(request))
-        .collect();
+    let facts = crate::engine::span_facts_with(spans, engine.policies.attribute_keys());
+    let rows = Processor::rows_of(
+        engine.clone(),
+        facts,
+        std::time::Instant::now(),
+        |_, _, _| {},
+    );
     assert_eq!(rows.len() as i32, k + 1, "one row per attempt: {rows:#?}");
     rows.into_iter()
         .find(|row| row.attempt_index == k)

@@ -15,8 +15,9 @@ use tokio::sync::mpsc;
 use super::{
     regroup, Engine, ExportPart, MemoryLimit, PipelineMessage, RawSpan, SummaryStore, Watermark,
 };
-use crate::assemble::{Assembler, FastMap, GroupKey, Offer, Ready, Summary};
+use crate::assemble::{Assembler, FastMap, GroupKey, Offer, Summary};
 use crate::contract::{SpanId, SpanKind, TraceId};
+use crate::processor::{Arrival, Processor};
 use crate::record::{AttemptRow, AttemptSource};
 use crate::sinks::forward::{enrich, ForwardHandle};
 use crate::sinks::parquet::{ParquetSink, ParquetSinkError, WrittenRows};
@@ -58,8 +59,7 @@ impl ShardSummary {
 type Lsns = LsnRange;
 
 pub struct Shard {
-    engine: Engine,
-    assembler: Assembler,
+    processor: Processor,
     sink: Option<ParquetSink>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
@@ -121,8 +121,7 @@ impl Shard {
         forward: Option<ForwardHandle>,
     ) -> Shard {
         Shard {
-            engine,
-            assembler,
+            processor: Processor::new(engine, assembler),
             sink: Some(sink),
             metrics,
             health,
@@ -163,7 +162,7 @@ impl Shard {
                 as u64
                 * BATCH_ROW_BYTES;
             let files = self.sink.as_ref().map_or(0, ParquetSink::buffered_bytes);
-            let held = u64::try_from(self.assembler.held_bytes()).unwrap_or(u64::MAX);
+            let held = u64::try_from(self.processor.assembler().held_bytes()).unwrap_or(u64::MAX);
             memory.report(self.shard, held.saturating_add(rows).saturating_add(files));
         }
     }
@@ -200,13 +199,13 @@ impl Shard {
             .iter()
             .map(|&(trace, span, _)| (trace, span))
             .collect();
-        self.assembler.restore(restored);
+        self.processor.assembler_mut().restore(restored);
         for (lsn, part) in records {
             self.ingest(part, now, Some(lsn), &written_spans, true);
             self.next_lsn = self.next_lsn.max(lsn + 1);
         }
-        self.assembler.end_recovery();
-        if self.assembler.pending_requests() > 0 {
+        self.processor.assembler_mut().end_recovery();
+        if self.processor.assembler().pending_requests() > 0 {
             self.recovered = written.clone();
         }
         self.checkpoint(now, true);
@@ -252,14 +251,14 @@ impl Shard {
                     self.retry_unwritten();
                     let _ = done.send(());
                 }
-                PipelineMessage::Reload(engine) => self.engine = *engine,
+                PipelineMessage::Reload(engine) => self.processor.set_engine(*engine),
                 PipelineMessage::Pause(resume) => {
                     let _ = resume.blocking_recv();
                 }
             }
         }
-        let pending = self.assembler.drain_all();
-        self.evaluate(pending);
+        self.processor.drain_all();
+        self.evaluate();
         self.report_pending();
         self.flush_batch();
         self.close_sink();
@@ -278,20 +277,20 @@ impl Shard {
         written: &HashSet<(TraceId, SpanId)>,
         replayed: bool,
     ) {
-        let mut ready = Ready::default();
         let mut duplicates = 0;
         let mut passthrough = Vec::new();
         let raw = part.raw.filter(|_| self.forward.is_some());
         for (i, facts) in part.spans.into_iter().enumerate() {
             let id = (facts.trace_id, facts.span_id);
             let is_logical = facts.kind == SpanKind::LogicalRequest;
-            let offer = if written.contains(&id) {
-                self.assembler.offer_written(facts, now, &mut ready)
+            let arrival = if written.contains(&id) {
+                Arrival::Written
             } else if replayed {
-                self.assembler.offer_replayed(facts, now, &mut ready)
+                Arrival::Replayed
             } else {
-                self.assembler.offer(facts, now, &mut ready)
+                Arrival::Live
             };
+            let offer = self.processor.offer(facts, now, arrival);
             let raw_span = || raw.as_ref().and_then(|r| r.span(i));
             match offer {
                 Offer::Attempt(key) => {
@@ -342,7 +341,7 @@ impl Shard {
                 forward.send(regroup(passthrough));
             }
         }
-        self.evaluate(ready);
+        self.evaluate();
         self.report_pending();
     }
 
@@ -352,7 +351,7 @@ impl Shard {
     /// completes files that are old enough.
     fn next_wake(&self) -> Instant {
         let mut wake = self.last_checkpoint + CHECKPOINT_EVERY;
-        if let Some(deadline) = self.assembler.next_deadline() {
+        if let Some(deadline) = self.processor.assembler().next_deadline() {
             wake = wake.min(deadline);
         }
         if !self.batch.is_empty() || !self.unwritten.is_empty() {
@@ -363,9 +362,8 @@ impl Shard {
 
     fn tick(&mut self, now: Instant) {
         self.last_tick = now;
-        let mut ready = Ready::default();
-        self.assembler.expire(now, &mut ready);
-        self.evaluate(ready);
+        self.processor.expire(now);
+        self.evaluate();
         self.flush_batch();
         self.retry_unwritten();
         if let Some(sink) = &mut self.sink {
@@ -381,7 +379,7 @@ impl Shard {
 
     /// Shards share one gauge: each adds the change in its own count.
     fn report_pending(&mut self) {
-        let now = self.assembler.pending_requests() as u64;
+        let now = self.processor.assembler().pending_requests() as u64;
         self.metrics
             .adjust_requests_pending(self.pending_reported, now);
         self.pending_reported = now;
@@ -395,7 +393,7 @@ impl Shard {
         let Some(watermark) = self.watermark.clone() else {
             return;
         };
-        let assembler = &self.assembler;
+        let assembler = self.processor.assembler();
         self.logical_lsns
             .retain(|(trace, span), _| assembler.holds_logical(*trace, *span));
         let oldest_needed = [
@@ -418,12 +416,12 @@ impl Shard {
     /// rebuilds what the saved copy lacks).
     fn save_summaries(&mut self, now: Instant, force: bool) -> Option<u64> {
         let saved = self.summaries.as_mut()?;
-        let changes = self.assembler.finished_changes();
+        let changes = self.processor.assembler().finished_changes();
         let due =
             force || saved.changes.is_none() || now.duration_since(saved.at) >= SUMMARIES_EVERY;
         if saved.changes != Some(changes) && due {
             saved.at = now;
-            let encoded = self.assembler.encode_finished();
+            let encoded = self.processor.assembler().encode_finished();
             match saved.store.save(self.shard, &encoded.parts()) {
                 Ok(()) => saved.changes = Some(changes),
                 Err(e) => {
@@ -486,67 +484,64 @@ impl Shard {
         rows.clear();
     }
 
-    fn evaluate(&mut self, ready: Ready) {
-        if ready.evicted > 0 {
-            self.metrics.requests_evicted(ready.evicted);
-        }
-        if ready.duplicates > 0 {
-            self.metrics.duplicate_spans(ready.duplicates);
-        }
-        // Rows go straight into the write batch (taken out while `self` is borrowed below).
-        let mut batch = std::mem::take(&mut self.batch);
-        let start = batch.len();
-        let mut lsns: Option<LsnRange> = None;
-        for id in &ready.consumed {
-            if let Some(lsn) = self.plain_lsns.remove(id) {
-                lsns = LsnRange::widen_optional(lsns, Some(LsnRange::single(lsn)));
+    /// Evaluates every ready request into the write batch, writing full batches as they fill.
+    fn evaluate(&mut self) {
+        loop {
+            // Rows go straight into the write batch (taken out while `self` is borrowed below).
+            let mut batch = std::mem::take(&mut self.batch);
+            let start = batch.len();
+            let (group_lsns, logical_lsns) = (&mut self.group_lsns, &mut self.logical_lsns);
+            let recovered = &self.recovered;
+            let mut lsns: Option<LsnRange> = None;
+            let done =
+                self.processor
+                    .evaluate(&mut batch, WRITE_BATCH_ROWS, |request, rows, before| {
+                        lsns = LsnRange::widen_optional(lsns, group_lsns.remove(&request.key));
+                        if let Some(logical) = &request.logical {
+                            logical_lsns.remove(&(logical.trace_id, logical.span_id));
+                        }
+                        if !recovered.is_empty()
+                            && request.attempt_source != AttemptSource::Declared
+                        {
+                            drop_recovered(recovered, rows, before);
+                        }
+                    });
+            for id in &done.consumed {
+                if let Some(lsn) = self.plain_lsns.remove(id) {
+                    lsns = LsnRange::widen_optional(lsns, Some(LsnRange::single(lsn)));
+                }
+            }
+            if done.evicted > 0 {
+                self.metrics.requests_evicted(done.evicted);
+            }
+            if done.inferred_duplicates > 0 {
+                self.metrics.duplicate_spans(done.inferred_duplicates);
+            }
+            if done.late_attempts > 0 {
+                self.metrics.late_attempts(done.late_attempts);
+            }
+            if !self.recovered.is_empty() && self.processor.assembler().pending_requests() == 0 {
+                self.recovered = HashSet::new();
+            }
+            self.summary.requests += done.requests;
+            let rows = &batch[start..];
+            self.forward_enriched(rows);
+            // Plain spans that made no row of their own (the GenAI span of an SDK retry loop)
+            // go on as they came.
+            self.forward_unenriched(&done.consumed);
+            if !rows.is_empty() {
+                self.summary.rows += rows.len() as u64;
+                self.metrics.record_rows(rows);
+                self.batch_lsns = LsnRange::widen_optional(self.batch_lsns, lsns);
+            }
+            self.batch = batch;
+            if self.batch.len() >= WRITE_BATCH_ROWS {
+                self.flush_batch();
+            }
+            if !done.more {
+                break;
             }
         }
-        let requests = ready.requests.len() as u64;
-        for request in ready.requests {
-            if !request.evaluated.is_empty() {
-                self.metrics.late_attempts(request.attempts.len() as u64);
-            }
-            lsns = LsnRange::widen_optional(lsns, self.group_lsns.remove(&request.key));
-            if let Some(logical) = &request.logical {
-                self.logical_lsns
-                    .remove(&(logical.trace_id, logical.span_id));
-            }
-            let before = batch.len();
-            self.engine.evaluate_into(&request, &mut batch);
-            if !self.recovered.is_empty() && request.attempt_source != AttemptSource::Declared {
-                self.drop_recovered(&mut batch, before);
-            }
-            self.assembler.finish(request);
-        }
-        if !self.recovered.is_empty() && self.assembler.pending_requests() == 0 {
-            self.recovered = HashSet::new();
-        }
-        self.summary.requests += requests;
-        let rows = &batch[start..];
-        self.forward_enriched(rows);
-        // Plain spans that made no row of their own (the GenAI span of an SDK retry loop) go on
-        // as they came.
-        self.forward_unenriched(&ready.consumed);
-        if !rows.is_empty() {
-            self.summary.rows += rows.len() as u64;
-            self.metrics.record_rows(rows);
-            self.batch_lsns = LsnRange::widen_optional(self.batch_lsns, lsns);
-        }
-        self.batch = batch;
-        if self.batch.len() >= WRITE_BATCH_ROWS {
-            self.flush_batch();
-        }
-    }
-
-    /// Drops the rows from `start` on that a completed file held before the restart.
-    fn drop_recovered(&self, batch: &mut Vec<AttemptRow>, start: usize) {
-        let new = batch.split_off(start);
-        batch.extend(new.into_iter().filter(|row| {
-            crate::contract::ids_from_hex(&row.trace_id, &row.span_id).is_none_or(
-                |(trace, span)| !self.recovered.contains(&(trace, span, row.attempt_index)),
-            )
-        }));
     }
 
     fn flush_batch(&mut self) {
@@ -651,4 +646,13 @@ impl Shard {
             }
         }
     }
+}
+
+/// Drops the rows from `start` on that a completed file held before the restart.
+fn drop_recovered(recovered: &WrittenRows, batch: &mut Vec<AttemptRow>, start: usize) {
+    let new = batch.split_off(start);
+    batch.extend(new.into_iter().filter(|row| {
+        crate::contract::ids_from_hex(&row.trace_id, &row.span_id)
+            .is_none_or(|(trace, span)| !recovered.contains(&(trace, span, row.attempt_index)))
+    }));
 }

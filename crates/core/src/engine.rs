@@ -1,13 +1,8 @@
-//! The one place that wires decoded OTLP → grouping → rules → rows.
-//!
-//! `replay`, `serve` and the decision service all go through [`Engine`], so a request gives the
-//! same rows whichever way its spans arrived.
+//! Pricing, rules and policies: what turns an assembled request into rows. The
+//! [`Processor`](crate::processor::Processor) runs it for every driver.
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-
-use crate::assemble::{Grouper, Offer, Request};
+use crate::assemble::Request;
 pub use crate::contract::{span_facts, span_facts_with};
-use crate::contract::{AttributeKeys, NO_KEYS};
 use crate::policy::PolicySet;
 use crate::pricing::PricingBook;
 use crate::record::AttemptRow;
@@ -19,53 +14,9 @@ pub struct Engine {
     pub book: PricingBook,
     pub rules: RulesConfig,
     /// Envelopes for requests whose spans carry none. Spans must be read with its
-    /// [`PolicySet::attribute_keys`] ([`span_facts_with`], [`ingest_with`]) for policies with
+    /// [`PolicySet::attribute_keys`] ([`span_facts_with`]) for policies with
     /// `match.attributes` to match.
     pub policies: PolicySet,
-}
-
-/// What one export request contained.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct IngestStats {
-    pub spans: u64,
-    pub attempts: u64,
-    pub logical: u64,
-    pub duplicates: u64,
-    pub passthrough: u64,
-}
-
-impl IngestStats {
-    pub fn add(&mut self, other: IngestStats) {
-        self.spans += other.spans;
-        self.attempts += other.attempts;
-        self.logical += other.logical;
-        self.duplicates += other.duplicates;
-        self.passthrough += other.passthrough;
-    }
-}
-
-/// Offers every span of `request` to `grouper`.
-pub fn ingest(grouper: &mut Grouper, request: &ExportTraceServiceRequest) -> IngestStats {
-    ingest_with(grouper, request, &NO_KEYS)
-}
-
-/// [`ingest`], keeping the values of `keys` for envelope policies.
-pub fn ingest_with(
-    grouper: &mut Grouper,
-    request: &ExportTraceServiceRequest,
-    keys: &AttributeKeys,
-) -> IngestStats {
-    let mut stats = IngestStats::default();
-    for facts in span_facts_with(request, keys) {
-        stats.spans += 1;
-        match grouper.offer(facts) {
-            Offer::Attempt(_) | Offer::Plain => stats.attempts += 1,
-            Offer::Logical => stats.logical += 1,
-            Offer::Duplicate => stats.duplicates += 1,
-            Offer::Passthrough | Offer::HeldTry => stats.passthrough += 1,
-        }
-    }
-    stats
 }
 
 impl Engine {

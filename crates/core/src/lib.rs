@@ -8,6 +8,7 @@ pub mod contract;
 pub mod engine;
 pub mod policy;
 pub mod pricing;
+pub mod processor;
 pub mod record;
 pub mod rules;
 pub mod toml_error;
