@@ -25,7 +25,9 @@ use retry_spend_collector::rules::RulesConfig;
 use retry_spend_collector::sinks::parquet::{ObjectStoreConfig, Output};
 
 /// The collector allocates per span on its hot path; glibc's allocator spent about a tenth of
-/// its CPU in consolidation and fragmentation under load (see BENCHMARKS.md).
+/// its CPU in consolidation and fragmentation under load (see BENCHMARKS.md). Built with
+/// mimalloc's `no_thp`: with transparent huge pages it faulted memory back 2 MiB at a time after
+/// each purge, and the kernel zeroing those pages was 28% of `replay` (BENCHMARKS.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

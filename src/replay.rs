@@ -671,7 +671,7 @@ fn parse_lines(
     use std::sync::mpsc::{sync_channel, Receiver};
     use std::sync::Mutex;
 
-    type Chunk = (usize, Vec<(usize, String)>);
+    type Chunk = (usize, Vec<(usize, Vec<u8>)>);
     let (work_tx, work_rx) = sync_channel::<Chunk>(parsers * 2);
     let (done_tx, done_rx) = sync_channel::<(usize, Parsed)>(parsers * 2);
     // One slot per chunk read and not yet offered: parsed chunks waiting for an earlier, slower
@@ -680,7 +680,7 @@ fn parse_lines(
     // Parsed lines' buffers go back to the reader: a fresh buffer per line is fresh memory the
     // kernel zeroes (a fifth of replay's time before), and the parser that frees one is not the
     // reader that allocates the next.
-    let (spare_tx, spare_rx) = sync_channel::<String>(parsers * 4 * CHUNK_LINES);
+    let (spare_tx, spare_rx) = sync_channel::<Vec<u8>>(parsers * 4 * CHUNK_LINES);
     let work_rx: Mutex<Receiver<Chunk>> = Mutex::new(work_rx);
     std::thread::scope(|scope| {
         for _ in 0..parsers.max(1) {
@@ -695,8 +695,7 @@ fn parse_lines(
                 let parsed = lines
                     .into_iter()
                     .map(|(number, mut line)| {
-                        let facts =
-                            read_facts(line.as_bytes(), keys).map_err(|e| (number, e.to_string()));
+                        let facts = read_facts(&line, keys).map_err(|e| (number, e.to_string()));
                         line.clear();
                         let _ = spare_tx.try_send(line);
                         facts
@@ -718,20 +717,23 @@ fn parse_lines(
             for number in 1.. {
                 let mut line = spare_rx
                     .try_recv()
-                    .unwrap_or_else(|_| String::with_capacity(longest));
-                if reader.read_line(&mut line)? == 0 {
+                    .unwrap_or_else(|_| Vec::with_capacity(longest));
+                // Bytes, not a `String`: the JSON parser checks UTF-8 as it reads strings, and
+                // a line that is not UTF-8 is a bad line like any other, not the end of the
+                // replay.
+                if reader.read_until(b'\n', &mut line)? == 0 {
                     break;
                 }
                 longest = longest.max(line.len()).min(CHUNK_BYTES);
                 // As `lines()` would: without its `\n` or `\r\n`, so errors name the line's
                 // own columns.
-                if line.ends_with('\n') {
+                if line.ends_with(b"\n") {
                     line.pop();
-                    if line.ends_with('\r') {
+                    if line.ends_with(b"\r") {
                         line.pop();
                     }
                 }
-                if line.trim().is_empty() {
+                if line.trim_ascii().is_empty() {
                     continue;
                 }
                 bytes += line.len();

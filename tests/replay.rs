@@ -585,6 +585,34 @@ fn malformed_line_is_reported_and_the_rest_processed() {
 }
 
 #[test]
+fn a_line_that_is_not_utf8_is_a_bad_line_and_the_rest_processed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = std::fs::read(EXAMPLE).unwrap();
+    let first_newline = bytes.iter().position(|&b| b == b'\n').unwrap();
+    // A copy of the first line with a Latin-1 "é" in its first string value: invalid UTF-8
+    // where the span is read. (Its spans, read, would be duplicates of the first line's.)
+    let mut copy = bytes[..=first_newline].to_vec();
+    let value = copy
+        .windows(15)
+        .position(|w| w == b"\"stringValue\":\"")
+        .expect("a string attribute in the first line")
+        + 15;
+    copy.insert(value, 0xe9);
+    bytes.splice(first_newline + 1..first_newline + 1, copy);
+    let input = dir.path().join("latin1.jsonl");
+    std::fs::write(&input, bytes).unwrap();
+
+    let result = Replay::new().input(&input).run();
+    assert_eq!(result.code(), Some(1));
+    let stderr = result.stderr();
+    assert!(
+        stderr.contains(&format!("{}:2: ", input.display())),
+        "{stderr}"
+    );
+    assert_eq!(result.rows().len(), EXPECTED.len());
+}
+
+#[test]
 fn stdin_is_read_with_a_dash() {
     let result = Replay::new()
         .stdin(std::fs::read(EXAMPLE).unwrap())

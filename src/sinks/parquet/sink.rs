@@ -246,6 +246,21 @@ impl ParquetSink {
         self.with_uploaded(completed)
     }
 
+    /// [`write_from_wal`](Self::write_from_wal) for rows the caller has already partitioned:
+    /// every row of `rows` has the partition date `date`.
+    pub fn write_partition(
+        &mut self,
+        date: NaiveDate,
+        rows: &[&AttemptRow],
+        wal: Option<LsnRange>,
+    ) -> Result<Vec<PathBuf>, ParquetSinkError> {
+        debug_assert!(rows.iter().all(|r| r.partition_date() == date));
+        let batch = batch_from_refs(rows)?;
+        let mut completed = Vec::new();
+        self.append(date, &batch, wal, &mut completed)?;
+        self.with_uploaded(completed)
+    }
+
     /// Adds the objects uploaded since the last call to a call's completed files; an error once
     /// the uploads ended ([`UploadRetries::Limited`](super::remote::UploadRetries)).
     fn with_uploaded(&self, mut completed: Vec<PathBuf>) -> Result<Vec<PathBuf>, ParquetSinkError> {
