@@ -28,6 +28,7 @@ use retry_spend_collector::sinks::parquet::{ObjectStoreConfig, Output};
 /// its CPU in consolidation and fragmentation under load (see BENCHMARKS.md). Built with
 /// mimalloc's `no_thp`: with transparent huge pages it faulted memory back 2 MiB at a time after
 /// each purge, and the kernel zeroing those pages was 28% of `replay` (BENCHMARKS.md).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

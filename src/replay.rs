@@ -623,7 +623,7 @@ impl Stream<'_> {
             summary.evaluated_early += done.evicted;
             summary.requests += done.requests as usize;
             self.rows[start..].iter().for_each(|row| summary.count(row));
-            if self.rows.len() >= WRITE_BATCH_ROWS {
+            if self.rows.len() >= WRITE_BATCH_ROWS || done.more {
                 self.write_rows()?;
             }
             if !done.more {

@@ -536,7 +536,7 @@ impl Shard {
                 self.batch_lsns = LsnRange::widen_optional(self.batch_lsns, lsns);
             }
             self.batch = batch;
-            if self.batch.len() >= WRITE_BATCH_ROWS {
+            if self.batch.len() >= WRITE_BATCH_ROWS || done.more {
                 self.flush_batch();
             }
             if !done.more {

@@ -131,8 +131,10 @@ impl Processor {
     }
 
     /// Evaluates ready requests in the order they became ready, appending their rows to `rows`,
-    /// until none is left or `rows` holds `row_limit` rows (so a driver writes in bounded
-    /// batches; [`Evaluated::more`] says to call again). `each` sees every request with the
+    /// until none is left or the next request's rows would take `rows` past `row_limit` (a
+    /// request alone in `rows` is always taken). A driver that sizes `rows` to `row_limit` then
+    /// writes bounded batches into a vector that never grows; [`Evaluated::more`] says to write
+    /// the batch and call again. `each` sees every request with the
     /// rows it made (from the index given) before the request is remembered as finished.
     pub fn evaluate(
         &mut self,
@@ -147,8 +149,10 @@ impl Processor {
             consumed: std::mem::take(&mut ready.consumed),
             ..Evaluated::default()
         };
-        let mut requests = std::mem::take(&mut ready.requests).into_iter();
-        for request in requests.by_ref() {
+        let mut requests = std::mem::take(&mut ready.requests).into_iter().peekable();
+        while let Some(request) =
+            requests.next_if(|r| rows.is_empty() || rows.len() + r.attempts.len() <= row_limit)
+        {
             if !request.evaluated.is_empty() {
                 done.late_attempts += request.attempts.len() as u64;
             }
@@ -158,9 +162,6 @@ impl Processor {
             self.counts.rows += (rows.len() - start) as u64;
             done.requests += 1;
             self.assembler.finish(request);
-            if rows.len() >= row_limit {
-                break;
-            }
         }
         // Whatever is left stays first in line, ahead of what later offers make ready.
         let left: Vec<Request> = requests.collect();
