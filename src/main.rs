@@ -140,8 +140,8 @@ enum Command {
         /// A snapshot checked more than this many days before a span is stale.
         #[arg(long, value_name = "DAYS", default_value_t = RulesConfig::default().max_pricing_age_days)]
         max_pricing_age_days: i64,
-        /// Estimated bytes of requests held while the input is read, as serve's
-        /// processors.retry_spend.max_pending_bytes (default 256 MiB); over it the oldest are evaluated early (counted in the summary).
+        /// Estimated bytes of requests held while the input is read (serve's
+        /// processors.retry_spend.max_pending_bytes, larger here: a batch job's rows should be those of the whole input); over it the oldest are evaluated early (counted in the summary).
         #[arg(long, value_name = "BYTES", default_value_t = replay::DEFAULT_MAX_PENDING_BYTES, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
         max_pending_bytes: u64,
         /// With an object store output: retries of a failed upload (200 ms doubling to 30 s apart) before the replay ends with exit code 2; a 4xx answer other than 408 and 429 ends it at once.
