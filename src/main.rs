@@ -36,10 +36,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[cfg(not(feature = "system-allocator"))]
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Freed memory goes back to the OS at once instead of after a second (v3's default): the peaks of one export's
-/// rows and batches then do not pile up in RSS (about 30 MiB less at 2M spans, throughput the
-/// same within noise; BENCHMARKS.md).
-/// `MIMALLOC_PURGE_DELAY` in the environment still decides.
+/// Freed memory goes back to the OS at once instead of after a second (v3's default): the
+/// peaks of one export's rows and batches then do not pile up in RSS (about 20 MiB less at 2M
+/// spans, throughput the same within noise; BENCHMARKS.md). `MIMALLOC_PURGE_DELAY` in the
+/// environment still decides.
 fn configure_allocator() {
     #[cfg(not(feature = "system-allocator"))]
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {

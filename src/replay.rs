@@ -460,8 +460,7 @@ fn replay_with(
                         }
                     }
                     if aborted.load(std::sync::atomic::Ordering::Acquire) {
-                        stream.summary.ingest = stream.processor.counts();
-                        return Ok(stream.summary);
+                        return Ok(stream.into_summary());
                     }
                     stream.finish()
                 })
@@ -620,8 +619,6 @@ impl Stream<'_> {
                 .processor
                 .evaluate(&mut self.rows, WRITE_BATCH_ROWS, |_, _, _| {});
             let summary = &mut self.summary;
-            summary.evaluated_early += done.evicted;
-            summary.requests += done.requests as usize;
             self.rows[start..].iter().for_each(|row| summary.count(row));
             if self.rows.len() >= WRITE_BATCH_ROWS || done.more {
                 self.write_rows()?;
@@ -646,8 +643,16 @@ impl Stream<'_> {
         self.processor.drain_all();
         self.write_ready()?;
         self.write_rows()?;
-        self.summary.ingest = self.processor.counts();
-        Ok(self.summary)
+        Ok(self.into_summary())
+    }
+
+    /// What the stream did: its own counts of rows and files, and the processor's of the rest.
+    fn into_summary(mut self) -> ReplaySummary {
+        let counts = self.processor.counts();
+        self.summary.ingest = counts;
+        self.summary.requests = usize::try_from(counts.requests).unwrap_or(usize::MAX);
+        self.summary.evaluated_early = counts.evicted;
+        self.summary
     }
 }
 

@@ -565,6 +565,19 @@ fn spans_resent_by_an_exporter_retry_are_counted_once() {
     assert_eq!(once, twice);
 }
 
+/// Replays `input`, whose second line is bad and whose others are the example's: exit code 1,
+/// the bad line named, every row of the example written.
+fn line_2_is_reported_and_the_rest_processed(input: &Path) {
+    let result = Replay::new().input(input).run();
+    assert_eq!(result.code(), Some(1));
+    let stderr = result.stderr();
+    assert!(
+        stderr.contains(&format!("{}:2: ", input.display())),
+        "{stderr}"
+    );
+    assert_eq!(result.rows().len(), EXPECTED.len());
+}
+
 #[test]
 fn malformed_line_is_reported_and_the_rest_processed() {
     let dir = tempfile::tempdir().unwrap();
@@ -574,14 +587,7 @@ fn malformed_line_is_reported_and_the_rest_processed() {
     let input = dir.path().join("broken.jsonl");
     std::fs::write(&input, lines.join("\n")).unwrap();
 
-    let result = Replay::new().input(&input).run();
-    assert_eq!(result.code(), Some(1));
-    let stderr = result.stderr();
-    assert!(
-        stderr.contains(&format!("{}:2: ", input.display())),
-        "{stderr}"
-    );
-    assert_eq!(result.rows().len(), EXPECTED.len());
+    line_2_is_reported_and_the_rest_processed(&input);
 }
 
 #[test]
@@ -602,14 +608,7 @@ fn a_line_that_is_not_utf8_is_a_bad_line_and_the_rest_processed() {
     let input = dir.path().join("latin1.jsonl");
     std::fs::write(&input, bytes).unwrap();
 
-    let result = Replay::new().input(&input).run();
-    assert_eq!(result.code(), Some(1));
-    let stderr = result.stderr();
-    assert!(
-        stderr.contains(&format!("{}:2: ", input.display())),
-        "{stderr}"
-    );
-    assert_eq!(result.rows().len(), EXPECTED.len());
+    line_2_is_reported_and_the_rest_processed(&input);
 }
 
 #[test]

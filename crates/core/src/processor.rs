@@ -205,10 +205,6 @@ impl Processor {
         self.counts
     }
 
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
     /// New pricing and policies: requests evaluated from now on use them.
     pub fn set_engine(&mut self, engine: Engine) {
         self.engine = engine;
