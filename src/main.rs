@@ -36,10 +36,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[cfg(not(feature = "system-allocator"))]
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Freed memory goes back to the OS at once instead of after a second (v3's default): the
-/// peaks of one export's rows and batches then do not pile up in RSS (about 20 MiB less at 2M
-/// spans, throughput the same within noise; BENCHMARKS.md). `MIMALLOC_PURGE_DELAY` in the
-/// environment still decides.
+/// For `serve`: freed memory goes back to the OS at once instead of after a second (v3's
+/// default): the peaks of one export's rows and batches then do not pile up in RSS (about
+/// 20 MiB less at 2M spans, throughput the same within noise; BENCHMARKS.md). A batch job
+/// keeps the default: `replay` spent up to a third of its time faulting returned pages back
+/// in. `MIMALLOC_PURGE_DELAY` in the environment still decides.
 fn configure_allocator() {
     #[cfg(not(feature = "system-allocator"))]
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
@@ -279,7 +280,6 @@ impl SnapshotArgs {
 }
 
 fn main() -> ExitCode {
-    configure_allocator();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -291,7 +291,10 @@ fn main() -> ExitCode {
 
     let cli = Cli::parse();
     let result = match cli.command.unwrap_or(Command::Serve(cli.serve)) {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => {
+            configure_allocator();
+            serve(args)
+        }
         Command::Replay {
             pricing,
             policies,

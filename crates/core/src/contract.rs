@@ -571,6 +571,15 @@ pub fn scope_name(name: Option<&str>) -> Option<Arc<str>> {
     name.filter(|n| !n.is_empty()).map(Arc::from)
 }
 
+/// Lower-case hex of an id, as rows hold them. `hex::encode` goes through a char iterator, a
+/// visible share of evaluation when every row has two ids.
+pub fn id_hex(id: &[u8]) -> String {
+    let mut out = vec![0u8; id.len() * 2];
+    // Cannot fail: `out` is exactly twice as long as `id`, and hex digits are ASCII.
+    let _ = hex::encode_to_slice(id, &mut out);
+    String::from_utf8(out).unwrap_or_default()
+}
+
 /// Trace and span ids back from the hex a row holds them in.
 pub fn ids_from_hex(trace_id: &str, span_id: &str) -> Option<(TraceId, SpanId)> {
     let mut trace = [0u8; 16];

@@ -5,11 +5,11 @@
 //! and the pending cap is hit. No clock is read here: callers pass `now`, which keeps this
 //! testable without sleeps.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::plain::{PlainHold, PlainOffer};
-use super::{GroupKey, Grouper, Offer, Request, Summary};
+use super::{FastMap, GroupKey, Grouper, Offer, Request, Summary};
 use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
 
 /// The bounds of every assembler of a process together (`[processors.retry_spend]`); each of
@@ -83,7 +83,7 @@ pub struct Assembler {
     options: ShardBounds,
     /// Deadline order of pending groups; the sequence number breaks ties and finds the entry.
     deadlines: BTreeMap<(Instant, u64), GroupKey>,
-    deadline_of: HashMap<GroupKey, (Instant, u64)>,
+    deadline_of: FastMap<GroupKey, (Instant, u64)>,
     /// Logical spans in arrival order, so ones whose attempts never come are let go.
     logical_arrivals: VecDeque<(Instant, TraceId, SpanId)>,
     sequence: u64,
@@ -98,7 +98,7 @@ impl Assembler {
             plain: PlainHold::new(options.group_wait, options.finished_cache_requests),
             options,
             deadlines: BTreeMap::new(),
-            deadline_of: HashMap::new(),
+            deadline_of: FastMap::default(),
             logical_arrivals: VecDeque::new(),
             sequence: 0,
         }
@@ -284,11 +284,17 @@ impl Assembler {
     }
 
     fn touch(&mut self, key: &GroupKey, now: Instant) {
-        if let Some(old) = self.deadline_of.remove(key) {
-            self.deadlines.remove(&old);
-        }
         self.sequence += 1;
         let slot = (now + self.options.group_wait, self.sequence);
+        // Every attempt of a request touches it: move its slot in place, one lookup and no
+        // new copy of the key.
+        if let Some(old) = self.deadline_of.get_mut(key) {
+            if let Some(key) = self.deadlines.remove(old) {
+                self.deadlines.insert(slot, key);
+            }
+            *old = slot;
+            return;
+        }
         self.deadlines.insert(slot, key.clone());
         self.deadline_of.insert(key.clone(), slot);
     }

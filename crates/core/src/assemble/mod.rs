@@ -84,12 +84,12 @@ impl GroupKey {
             GroupKey::Parent {
                 parent_span_id: Some(parent),
                 ..
-            } => hex::encode(parent),
+            } => crate::contract::id_hex(parent),
             GroupKey::Parent {
                 trace_id,
                 parent_span_id: None,
-            } => hex::encode(trace_id),
-            GroupKey::Single { span_id, .. } => hex::encode(span_id),
+            } => crate::contract::id_hex(trace_id),
+            GroupKey::Single { span_id, .. } => crate::contract::id_hex(span_id),
         }
     }
 

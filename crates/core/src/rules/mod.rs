@@ -8,11 +8,9 @@ mod reason;
 
 pub use envelope::{resolve as resolve_envelope, Envelope};
 
-use std::collections::HashSet;
-
 use rust_decimal::Decimal;
 
-use crate::assemble::{GroupKey, Request};
+use crate::assemble::{FastSet, GroupKey, Request};
 use crate::contract::UsageOrigin;
 use crate::contract::{Count, EnvelopeFields, SpanFacts, SpanId};
 use crate::policy::{PolicySet, Subject};
@@ -144,7 +142,8 @@ pub fn evaluate_into(
 ) {
     // References, not copies: evaluation is on every request's hot path.
     let mut attempts: Vec<&SpanFacts> = request.evaluated.iter().chain(&request.attempts).collect();
-    let already_written: HashSet<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
+    // Most requests have no earlier attempts: no set to build, nor to hash every attempt into.
+    let already_written: FastSet<SpanId> = request.evaluated.iter().map(|a| a.span_id).collect();
     let indices = order_attempts(&mut attempts);
     let mut envelope = envelope::resolve(request.logical.as_ref(), &attempts, &request.sources);
     if !envelope.present() && !policies.is_empty() {
@@ -208,7 +207,7 @@ pub fn evaluate_into(
         let figures = history.figures(attempt, first_missing_retry_index, env.max_incremental_usd);
         // Attempts already written are context only: their figures count, their row is not
         // built again.
-        if !already_written.contains(&attempt.span.span_id) {
+        if already_written.is_empty() || !already_written.contains(&attempt.span.span_id) {
             let unaudited_reason = audit(AuditInput {
                 envelope: &envelope,
                 snapshot,
@@ -511,8 +510,8 @@ fn build_row(
     let mut row = AttemptRow {
         event_time: nanos(span.start_time_unix_nano),
         end_time: nanos(span.end_time_unix_nano),
-        trace_id: hex::encode(span.trace_id),
-        span_id: hex::encode(span.span_id),
+        trace_id: crate::contract::id_hex(&span.trace_id),
+        span_id: crate::contract::id_hex(&span.span_id),
         request_id: shared.request_id.clone(),
         service_name: span.service_name.to_string(),
         task_type: env.task_type.clone(),
