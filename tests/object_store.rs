@@ -215,7 +215,7 @@ fn bulky_row(n: usize, reason_bytes: usize) -> AttemptRow {
         end_time: 1_787_659_200_000_000_000 + n as i64 + 5,
         trace_id: format!("{:032x}", n + 1),
         span_id: format!("{:016x}", n + 1),
-        request_id: format!("bulk-{n}"),
+        request_id: format!("bulk-{n}").into(),
         service_name: "bulk".into(),
         original_model: Some("glm-5".into()),
         decision_reason: reason,

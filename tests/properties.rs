@@ -242,16 +242,16 @@ fn attempt(n: usize) -> BoxedStrategy<SpanFacts> {
                     } else {
                         EnvelopeFields::empty()
                     },
-                    request_model: model,
-                    response_model: response,
+                    request_model: model.map(Into::into),
+                    response_model: response.map(Into::into),
                     provider: Some("aiwave".into()),
-                    model_family: family.map(str::to_owned),
+                    model_family: family.map(Into::into),
                     input_tokens: usage.0,
                     cached_input_tokens: usage.1,
                     output_tokens: usage.2,
                     output_cap: usage.3,
                     output_reached_client: reached,
-                    error_type: is_error.filter(|e| *e).map(|_| "rate_limited".to_owned()),
+                    error_type: is_error.filter(|e| *e).map(|_| "rate_limited".into()),
                     sdk_estimated_incremental_usd: sdk,
                     ..span(SpanKind::Attempt)
                 }

@@ -117,7 +117,7 @@ pub fn read(question: DecideRequest, now: DateTime<Utc>) -> Result<Question, Mal
             ],
         );
         span.output_reached_client = attempt.output_reached_client;
-        span.error_type = non_empty(attempt.error_type);
+        span.error_type = non_empty(attempt.error_type).map(Into::into);
         if index == 0 {
             // As an SDK writes `retry_spend.task.type` and `retry_spend.envelope` on its spans:
             // the audit merges every span's, so attempt 0 alone is enough.
@@ -178,7 +178,7 @@ fn attempt_span(
         attempt_count: None,
         envelope: EnvelopeFields::empty(),
         envelope_json: None,
-        request_model: non_empty(model),
+        request_model: non_empty(model).map(Into::into),
         response_model: None,
         provider: None,
         model_family: None,

@@ -230,7 +230,8 @@ pub struct SpanFacts {
     pub start_time_unix_nano: u64,
     pub end_time_unix_nano: u64,
     pub kind: SpanKind,
-    pub request_id: Option<String>,
+    /// Unique per request, but shared by its group key, its maps and its rows.
+    pub request_id: Option<Arc<str>>,
     /// `None` when absent, negative or not an int32: the group is then indexed by start time.
     pub attempt_index: Option<i32>,
     pub attempt_count: Option<u32>,
@@ -239,10 +240,10 @@ pub struct SpanFacts {
     pub envelope: Arc<EnvelopeFields>,
     /// The `retry_spend.envelope` JSON policy, when the span carries one.
     pub envelope_json: Option<Arc<EnvelopeFields>>,
-    pub request_model: Option<String>,
-    pub response_model: Option<String>,
-    pub provider: Option<String>,
-    pub model_family: Option<String>,
+    pub request_model: Option<Symbol>,
+    pub response_model: Option<Symbol>,
+    pub provider: Option<Symbol>,
+    pub model_family: Option<Symbol>,
     pub input_tokens: Count,
     pub cached_input_tokens: Count,
     /// Tokens written to a provider cache: a subset of `input_tokens`.
@@ -252,7 +253,7 @@ pub struct SpanFacts {
     pub output_reached_client: Option<bool>,
     /// Declared attempts: `error.type`, else `_OTHER` when the status is ERROR. Model spans:
     /// the try rule of SPEC §2 (an HTTP status of 400 or more before `_OTHER`).
-    pub error_type: Option<String>,
+    pub error_type: Option<Symbol>,
     /// The span has `error.type` or status ERROR (inference's "failed").
     pub failed: bool,
     /// The span status is ERROR (a call span's "failed").
@@ -293,7 +294,7 @@ pub struct HttpFacts {
     /// `http.response.status_code`, else the legacy `http.status_code`.
     pub status_code: Option<i64>,
     /// The `error.type` attribute itself (the span's `error_type` may be `_OTHER` from status).
-    pub error_type: Option<String>,
+    pub error_type: Option<Symbol>,
     pub status_error: bool,
 }
 
@@ -454,6 +455,10 @@ impl SpanFacts {
         fn text(s: &Option<String>) -> usize {
             s.as_ref().map_or(0, String::capacity)
         }
+        // Symbols are shared with every span naming the same model; a request id is its own.
+        fn shared(s: &Option<Arc<str>>) -> usize {
+            s.as_ref().map_or(0, |s| s.len() + 16)
+        }
         fn envelope(e: &Arc<EnvelopeFields>) -> usize {
             // An envelope many spans share (interned) is paid for once; count the unshared.
             if (e.present || e.task_type.is_some()) && Arc::strong_count(e) <= 2 {
@@ -463,12 +468,7 @@ impl SpanFacts {
             }
         }
         std::mem::size_of::<SpanFacts>()
-            + text(&self.request_id)
-            + text(&self.request_model)
-            + text(&self.response_model)
-            + text(&self.provider)
-            + text(&self.model_family)
-            + text(&self.error_type)
+            + shared(&self.request_id)
             + text(&self.sdk_decision_reason)
             + envelope(&self.envelope)
             + self.envelope_json.as_ref().map_or(0, envelope)
@@ -496,7 +496,7 @@ pub struct HttpTry {
     /// `http.response.status_code`, else the legacy `http.status_code`.
     pub status_code: Option<i64>,
     /// The `error.type` attribute itself.
-    pub error_type: Option<String>,
+    pub error_type: Option<Symbol>,
     /// The span status is ERROR.
     pub status_error: bool,
     /// `server.address`, else the host of `url.full` (legacy `http.url`).
@@ -531,7 +531,7 @@ impl HttpTry {
     }
 
     /// The attempt's `error_type` (the try rule of SPEC §2).
-    pub fn attempt_error_type(&self) -> Option<String> {
+    pub fn attempt_error_type(&self) -> Option<Symbol> {
         try_error_type(self.error_type.clone(), self.status_code, self.status_error)
     }
 }
@@ -539,17 +539,51 @@ impl HttpTry {
 /// The try rule of SPEC §2: `error.type`, else an HTTP status of 400 or more, else `_OTHER`
 /// when the span status is ERROR.
 pub fn try_error_type(
-    error_type: Option<String>,
+    error_type: Option<Symbol>,
     status_code: Option<i64>,
     status_error: bool,
-) -> Option<String> {
+) -> Option<Symbol> {
     error_type
         .or_else(|| {
             status_code
                 .filter(|code| *code >= 400)
-                .map(|code| code.to_string())
+                .map(|code| symbol(&code.to_string()))
         })
-        .or_else(|| status_error.then(|| attr::ERROR_TYPE_OTHER.to_owned()))
+        .or_else(|| status_error.then(|| symbol(attr::ERROR_TYPE_OTHER)))
+}
+
+/// Text that many spans repeat (models, providers, families, error types): read once per
+/// distinct value and thread, then shared, so that holding, evaluating and remembering a span
+/// copies a pointer where it copied the text.
+pub type Symbol = Arc<str>;
+
+/// Symbols a reading thread keeps; past it, it starts again (a client sending a new model
+/// name on every span gets fresh allocations, never an unbounded table).
+const SYMBOLS_PER_THREAD: usize = 4096;
+/// Longer values are not kept: no model name is this long, and a hostile one should not stay.
+const SYMBOL_MAX_LEN: usize = 256;
+
+/// The shared copy of `text` (see [`Symbol`]).
+pub fn symbol(text: &str) -> Symbol {
+    thread_local! {
+        static SYMBOLS: std::cell::RefCell<crate::assemble::FastSet<Symbol>> =
+            std::cell::RefCell::default();
+    }
+    if text.len() > SYMBOL_MAX_LEN {
+        return Arc::from(text);
+    }
+    SYMBOLS.with(|symbols| {
+        let mut symbols = symbols.borrow_mut();
+        if let Some(known) = symbols.get(text) {
+            return Arc::clone(known);
+        }
+        if symbols.len() >= SYMBOLS_PER_THREAD {
+            symbols.clear();
+        }
+        let new: Symbol = Arc::from(text);
+        symbols.insert(Arc::clone(&new));
+        new
+    })
 }
 
 /// The host of a URL (`https://api.example.com:443/v1` → `api.example.com`), without parsing
@@ -685,7 +719,7 @@ pub struct FactsReader {
     legacy_status_code: Option<i64>,
     env: EnvelopeFields,
     // Legacy names only fill in what the current name left empty, whatever the order.
-    legacy_system: Option<String>,
+    legacy_system: Option<Symbol>,
     legacy_input: Count,
     legacy_cached: Count,
     legacy_output: Count,
@@ -855,12 +889,12 @@ impl FactsReader {
                     .and_then(|c| u32::try_from(c).ok())
                     .filter(|c| *c > 0);
             }
-            attr::ATTEMPT_MODEL_FAMILY => facts.model_family = string(value),
+            attr::ATTEMPT_MODEL_FAMILY => facts.model_family = symbol_value(value),
             attr::OUTPUT_REACHED_CLIENT => facts.output_reached_client = boolean(value),
-            attr::REQUEST_MODEL => facts.request_model = string(value),
-            attr::RESPONSE_MODEL => facts.response_model = string(value),
-            attr::PROVIDER_NAME => facts.provider = string(value),
-            attr::LEGACY_SYSTEM => self.legacy_system = string(value),
+            attr::REQUEST_MODEL => facts.request_model = symbol_value(value),
+            attr::RESPONSE_MODEL => facts.response_model = symbol_value(value),
+            attr::PROVIDER_NAME => facts.provider = symbol_value(value),
+            attr::LEGACY_SYSTEM => self.legacy_system = symbol_value(value),
             attr::INPUT_TOKENS => facts.input_tokens = int(value),
             attr::LEGACY_PROMPT_TOKENS => self.legacy_input = int(value),
             attr::CACHE_READ_INPUT_TOKENS => facts.cached_input_tokens = int(value),
@@ -868,7 +902,7 @@ impl FactsReader {
             attr::OUTPUT_TOKENS => facts.output_tokens = int(value),
             attr::LEGACY_COMPLETION_TOKENS => self.legacy_output = int(value),
             attr::REQUEST_MAX_TOKENS => facts.output_cap = int(value),
-            attr::ERROR_TYPE => facts.error_type = string(value),
+            attr::ERROR_TYPE => facts.error_type = symbol_value(value),
             attr::SDK_ESTIMATED_INCREMENTAL_USD => {
                 facts.sdk_estimated_incremental_usd = money(value)
             }
@@ -971,7 +1005,7 @@ impl FactsReader {
             }
             _ => error_type_attribute
                 .clone()
-                .or_else(|| status_error.then(|| attr::ERROR_TYPE_OTHER.to_owned())),
+                .or_else(|| status_error.then(|| symbol(attr::ERROR_TYPE_OTHER))),
         };
         if facts.kind == SpanKind::HttpTry {
             http.status_code = status_code;
@@ -995,11 +1029,20 @@ fn string(value: ValueRef<'_>) -> Option<String> {
     }
 }
 
-/// Request ids are strings, but an SDK that writes an integer id means the same thing.
-fn request_id(value: ValueRef<'_>) -> Option<String> {
+/// [`string`] as a shared [`Symbol`].
+fn symbol_value(value: ValueRef<'_>) -> Option<Symbol> {
     match value {
-        ValueRef::Int(i) => Some(i.to_string()),
-        other => string(other),
+        ValueRef::Str(s) if !s.is_empty() => Some(symbol(s)),
+        _ => None,
+    }
+}
+
+/// Request ids are strings, but an SDK that writes an integer id means the same thing.
+fn request_id(value: ValueRef<'_>) -> Option<Arc<str>> {
+    match value {
+        ValueRef::Int(i) => Some(Arc::from(i.to_string())),
+        ValueRef::Str(s) if !s.is_empty() => Some(Arc::from(s)),
+        _ => None,
     }
 }
 

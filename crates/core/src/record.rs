@@ -1,7 +1,11 @@
 //! One evaluated attempt: the row finance reads (SPEC §5) and the enrichment forwarded spans carry.
 
+use std::sync::Arc;
+
 use chrono::NaiveDate;
 use rust_decimal::Decimal;
+
+use crate::contract::Symbol;
 
 /// Everything the `attempts` table holds for one attempt span.
 ///
@@ -15,15 +19,17 @@ pub struct AttemptRow {
     pub end_time: i64,
     pub trace_id: String,
     pub span_id: String,
-    pub request_id: String,
-    pub service_name: String,
+    /// Shared by the rows of a request; the text columns taken from span facts share their
+    /// [`Symbol`]s, so a row costs no copy of them.
+    pub request_id: Arc<str>,
+    pub service_name: Arc<str>,
     pub task_type: Option<String>,
     pub billing_group: Option<String>,
-    pub provider: Option<String>,
+    pub provider: Option<Symbol>,
     pub attempt_index: i32,
-    pub original_model: Option<String>,
-    pub retry_model: Option<String>,
-    pub response_model: Option<String>,
+    pub original_model: Option<Symbol>,
+    pub retry_model: Option<Symbol>,
+    pub response_model: Option<Symbol>,
     pub original_family: Option<String>,
     pub retry_family: Option<String>,
     pub input_tokens: Option<i64>,
@@ -50,7 +56,7 @@ pub struct AttemptRow {
     pub decision_reason: String,
     pub audited: bool,
     pub unaudited_reason: Option<UnauditedReason>,
-    pub error_type: Option<String>,
+    pub error_type: Option<Symbol>,
     pub sdk_decision_reason: Option<String>,
     pub violations: Vec<Violation>,
     pub output_reached_client: Option<bool>,

@@ -73,7 +73,7 @@ impl TraceSpans {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallSignature {
     pub parent: Option<SpanId>,
-    pub model: Option<String>,
+    pub model: Option<crate::contract::Symbol>,
     pub start: u64,
     pub end: u64,
     pub scope: Option<std::sync::Arc<str>>,
@@ -813,7 +813,7 @@ fn call_attempts(call: &Call, models: &[SpanFacts], tries: &[HttpTry]) -> Vec<Sp
                     let mut attempt = outer.clone();
                     attempt.output_cap = cap;
                     attempt.end_time_unix_nano = outer.start_time_unix_nano;
-                    attempt.error_type = Some(attr::ERROR_TYPE_OTHER.to_owned());
+                    attempt.error_type = Some(crate::contract::symbol(attr::ERROR_TYPE_OTHER));
                     attempt
                 })
                 .collect();

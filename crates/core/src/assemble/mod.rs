@@ -58,7 +58,7 @@ impl GroupKey {
             SpanKind::Attempt => Some(match &span.request_id {
                 Some(id) => GroupKey::RequestId {
                     trace_id: span.trace_id,
-                    request_id: id.as_str().into(),
+                    request_id: id.clone(),
                 },
                 None => GroupKey::Parent {
                     trace_id: span.trace_id,
@@ -78,18 +78,18 @@ impl GroupKey {
 
     /// The `request_id` column: the request id, else the parent span id (else the trace id when
     /// parentless attempts share a trace, else the id of the span that names the request).
-    pub fn request_id(&self) -> String {
+    pub fn request_id(&self) -> std::sync::Arc<str> {
         match self {
-            GroupKey::RequestId { request_id, .. } => request_id.to_string(),
+            GroupKey::RequestId { request_id, .. } => std::sync::Arc::clone(request_id),
             GroupKey::Parent {
                 parent_span_id: Some(parent),
                 ..
-            } => crate::contract::id_hex(parent),
+            } => crate::contract::id_hex(parent).into(),
             GroupKey::Parent {
                 trace_id,
                 parent_span_id: None,
-            } => crate::contract::id_hex(trace_id),
-            GroupKey::Single { span_id, .. } => crate::contract::id_hex(span_id),
+            } => crate::contract::id_hex(trace_id).into(),
+            GroupKey::Single { span_id, .. } => crate::contract::id_hex(span_id).into(),
         }
     }
 
@@ -351,7 +351,7 @@ impl Grouper {
         }
         if let Some(request_id) = &span.request_id {
             self.logical_by_request
-                .insert((span.trace_id, request_id.as_str().into()), id);
+                .insert((span.trace_id, request_id.clone()), id);
         }
         self.pending_bytes += span.retained_bytes();
         self.logical_by_span.insert(id, Box::new(span));
@@ -370,7 +370,7 @@ impl Grouper {
         if let Some(request_id) = &span.request_id {
             keys.push(GroupKey::RequestId {
                 trace_id: span.trace_id,
-                request_id: request_id.as_str().into(),
+                request_id: request_id.clone(),
             });
         }
         keys.push(GroupKey::Parent {
@@ -400,7 +400,7 @@ impl Grouper {
         self.pending_bytes = self.pending_bytes.saturating_sub(span.retained_bytes());
         if let Some(request_id) = &span.request_id {
             self.logical_by_request
-                .remove(&(trace_id, request_id.as_str().into()));
+                .remove(&(trace_id, request_id.clone()));
         }
         true
     }
@@ -474,7 +474,7 @@ impl Grouper {
         }
         if let Some(id) = logical.as_ref().and_then(|l| l.request_id.as_ref()) {
             self.logical_by_request
-                .remove(&(*key.trace_id(), id.as_str().into()));
+                .remove(&(*key.trace_id(), id.clone()));
         }
         let mut already_written = Vec::new();
         if !self.written.is_empty() {

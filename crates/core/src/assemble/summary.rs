@@ -30,7 +30,7 @@ use rust_decimal::Decimal;
 
 use super::GroupKey;
 use crate::contract::{
-    CapturedAttributes, Count, EnvelopeFields, SpanFacts, SpanId, SpanKind, TraceId,
+    CapturedAttributes, Count, EnvelopeFields, SpanFacts, SpanId, SpanKind, Symbol, TraceId,
 };
 
 /// What an evaluated span must keep to be a later retry's earlier attempt (or, for a logical
@@ -43,11 +43,11 @@ pub struct ContextSpan {
     pub attempt_count: Option<u32>,
     pub service_name: Arc<str>,
     /// Kept for logical spans only: a request grouped under its parent takes its id from there.
-    pub request_id: Option<Box<str>>,
+    pub request_id: Option<Arc<str>>,
     pub envelope: Arc<EnvelopeFields>,
     pub envelope_json: Option<Arc<EnvelopeFields>>,
-    pub request_model: Option<Box<str>>,
-    pub model_family: Option<Box<str>>,
+    pub request_model: Option<Symbol>,
+    pub model_family: Option<Symbol>,
     pub input_tokens: Count,
     pub cached_input_tokens: Count,
     pub output_tokens: Count,
@@ -74,14 +74,11 @@ impl ContextSpan {
             attempt_index: span.attempt_index,
             attempt_count: span.attempt_count,
             service_name: span.service_name,
-            request_id: span
-                .request_id
-                .filter(|_| logical)
-                .map(String::into_boxed_str),
+            request_id: span.request_id.filter(|_| logical),
             envelope: span.envelope,
             envelope_json: span.envelope_json,
-            request_model: span.request_model.map(String::into_boxed_str),
-            model_family: span.model_family.map(String::into_boxed_str),
+            request_model: span.request_model,
+            model_family: span.model_family,
             input_tokens: span.input_tokens,
             cached_input_tokens: span.cached_input_tokens,
             output_tokens: span.output_tokens,
@@ -93,7 +90,6 @@ impl ContextSpan {
 
     /// The span as the rules read it again; what was not kept is absent.
     pub fn to_facts(&self, trace_id: TraceId, kind: SpanKind) -> SpanFacts {
-        let text = |s: &Option<Box<str>>| s.as_deref().map(str::to_owned);
         SpanFacts {
             trace_id,
             span_id: self.span_id,
@@ -102,15 +98,15 @@ impl ContextSpan {
             start_time_unix_nano: self.start_time_unix_nano,
             end_time_unix_nano: self.start_time_unix_nano,
             kind,
-            request_id: text(&self.request_id),
+            request_id: self.request_id.clone(),
             attempt_index: self.attempt_index,
             attempt_count: self.attempt_count,
             envelope: Arc::clone(&self.envelope),
             envelope_json: self.envelope_json.clone(),
-            request_model: text(&self.request_model),
+            request_model: self.request_model.clone(),
             response_model: None,
             provider: None,
-            model_family: text(&self.model_family),
+            model_family: self.model_family.clone(),
             input_tokens: self.input_tokens,
             cached_input_tokens: self.cached_input_tokens,
             output_tokens: self.output_tokens,
@@ -127,7 +123,8 @@ impl ContextSpan {
 
     /// Estimated bytes this context keeps alive, counted as [`SpanFacts::retained_bytes`] does.
     pub fn retained_bytes(&self) -> usize {
-        fn text(s: &Option<Box<str>>) -> usize {
+        // Model and family are symbols other spans share; count them as the facts do.
+        fn text(s: &Option<Arc<str>>) -> usize {
             s.as_ref().map_or(0, |s| s.len())
         }
         fn envelope(e: &Arc<EnvelopeFields>) -> usize {
@@ -774,22 +771,18 @@ impl<'a> Reader<'a> {
         let request_id = if has(SPAN_REQUEST_ID) {
             let id = std::str::from_utf8(self.bytes_prefixed()?)
                 .map_err(|_| SummaryError::Malformed("a request id is not UTF-8"))?;
-            Some(Box::from(id))
+            Some(Arc::from(id))
         } else {
             None
         };
         let envelope_json = has(SPAN_ENVELOPE_JSON)
             .then(|| self.index(&tables.envelopes))
             .transpose()?;
-        let mut boxed = |on: bool| -> Result<Option<Box<str>>, SummaryError> {
-            Ok(if on {
-                Some(Box::from(&*self.index(&tables.strings)?))
-            } else {
-                None
-            })
+        let mut shared = |on: bool| -> Result<Option<Symbol>, SummaryError> {
+            on.then(|| self.index(&tables.strings)).transpose()
         };
-        let request_model = boxed(has(SPAN_MODEL))?;
-        let model_family = boxed(has(SPAN_FAMILY))?;
+        let request_model = shared(has(SPAN_MODEL))?;
+        let model_family = shared(has(SPAN_FAMILY))?;
         let tags = self.u8()?;
         let mut counts = [Count::Missing; 4];
         for (i, count) in counts.iter_mut().enumerate() {

@@ -253,7 +253,7 @@ fn first_missing_retry(indices: impl Iterator<Item = i32>) -> i32 {
 
 /// What every row of one request shares.
 struct Shared<'a> {
-    request_id: String,
+    request_id: std::sync::Arc<str>,
     attempt_source: AttemptSource,
     envelope_source: Option<String>,
     envelope: &'a Envelope,
@@ -513,7 +513,7 @@ fn build_row(
         trace_id: crate::contract::id_hex(&span.trace_id),
         span_id: crate::contract::id_hex(&span.span_id),
         request_id: shared.request_id.clone(),
-        service_name: span.service_name.to_string(),
+        service_name: std::sync::Arc::clone(&span.service_name),
         task_type: env.task_type.clone(),
         billing_group: env.billing_group.clone(),
         provider: span.provider.clone(),

@@ -737,7 +737,7 @@ fn parent_grouped_attempts_take_the_request_id_of_their_logical_span() {
         l.request_id = Some("req-from-logical".into());
     }
     let rows = evaluate(&request, &book(), &RulesConfig::default());
-    assert_eq!(rows[0].request_id, "req-from-logical");
+    assert_eq!(&*rows[0].request_id, "req-from-logical");
 }
 
 #[test]
@@ -1000,7 +1000,7 @@ fn model_family_comes_from_the_attribute_else_the_pinned_snapshot_else_the_newes
     let unknown_version = env_with(|e| e.pricing_version = Some("nope".into()));
     let attribute = |family: &str| {
         let family = family.to_owned();
-        move |a: &mut SpanFacts| a.model_family = Some(family)
+        move |a: &mut SpanFacts| a.model_family = Some(family.into())
     };
     /// (case, envelope, model, attribute, family)
     type Case<'a> = (
@@ -1516,8 +1516,8 @@ fn served_model_drift_is_literal_and_allows_dated_variants() {
     ];
     for (requested, served, expected) in cases {
         let span = with(attempt(0, "x"), |a| {
-            a.request_model = requested.map(str::to_owned);
-            a.response_model = served.map(str::to_owned);
+            a.request_model = requested.map(Into::into);
+            a.response_model = served.map(Into::into);
         });
         assert_eq!(
             served_model_drift(&span),

@@ -241,7 +241,7 @@ fn plain(trace: u8, span_id: u8, error: bool) -> SpanFacts {
     let mut s = span(trace, span_id, SpanKind::SingleAttempt, "");
     s.request_id = None;
     s.attempt_index = None;
-    s.error_type = error.then(|| "429".to_owned());
+    s.error_type = error.then(|| "429".into());
     s.failed = error;
     s.parent_span_id = Some([0xa0; 8]);
     s

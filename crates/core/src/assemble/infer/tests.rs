@@ -116,7 +116,7 @@ fn shape(request: &Request) -> Shape {
             (
                 a.span_id[7],
                 a.attempt_index.unwrap_or(0),
-                a.error_type.clone(),
+                a.error_type.as_deref().map(str::to_owned),
             )
         })
         .collect();
@@ -166,7 +166,7 @@ fn http_retry_attempts_share_the_request_and_only_the_last_has_the_outcome() {
     let [request] = requests.as_slice() else {
         panic!("one request: {requests:?}");
     };
-    assert_eq!(request.key.request_id(), "0000000000000001");
+    assert_eq!(&*request.key.request_id(), "0000000000000001");
     let [first, last] = request.attempts.as_slice() else {
         panic!("two attempts");
     };
@@ -470,7 +470,7 @@ fn inferred_rows_carry_the_request_id_the_try_span_ids_and_null_output_on_earlie
         .iter()
         .map(|r| {
             (
-                r.request_id.as_str(),
+                &*r.request_id,
                 r.span_id.as_str(),
                 r.attempt_index,
                 r.output_tokens,

@@ -210,7 +210,7 @@ fn a_finished_request_costs_a_fraction_of_its_spans() {
         let request_id = format!("req-{n:08}");
         let span = |id: u8, kind: SpanKind, index: Option<i32>| {
             let mut facts = context(id, index).to_facts(trace_id, kind);
-            facts.request_id = Some(request_id.clone());
+            facts.request_id = Some(request_id.as_str().into());
             facts.parent_span_id = Some([1; 8]);
             facts.response_model = facts.request_model.clone();
             facts.provider = Some("deepseek".into());
