@@ -9,7 +9,9 @@ use crate::record::{AttemptRow, Decision, Violation};
 pub fn sentence(row: &AttemptRow) -> String {
     let model = row.retry_model.as_deref().unwrap_or("an unnamed model");
     let k = row.attempt_index;
-    let mut s = String::with_capacity(96);
+    // The longest sentences (within the envelope, with three amounts) pass 128 bytes: sized
+    // once, so the text is never copied into a larger buffer as it grows.
+    let mut s = String::with_capacity(192);
     // Writing into a String cannot fail.
     let _ = match row.decision {
         Decision::FirstAttempt => write!(s, "first attempt of {model}"),
@@ -72,6 +74,18 @@ fn write_drift(s: &mut String, row: &AttemptRow, model: &str) -> std::fmt::Resul
     }
 }
 
-fn usd(value: Option<Decimal>) -> String {
-    value.map_or_else(|| "an unknown".to_owned(), |d| d.normalize().to_string())
+/// An amount as the sentence quotes it, written in place (no `String` of its own).
+fn usd(value: Option<Decimal>) -> Usd {
+    Usd(value)
+}
+
+struct Usd(Option<Decimal>);
+
+impl std::fmt::Display for Usd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(d) => std::fmt::Display::fmt(&d.normalize(), f),
+            None => f.write_str("an unknown"),
+        }
+    }
 }
