@@ -566,7 +566,7 @@ const SYMBOL_MAX_LEN: usize = 256;
 /// The shared copy of `text` (see [`Symbol`]).
 pub fn symbol(text: &str) -> Symbol {
     thread_local! {
-        static SYMBOLS: std::cell::RefCell<crate::assemble::FastSet<Symbol>> =
+        static SYMBOLS: std::cell::RefCell<std::collections::HashSet<Symbol, ahash::RandomState>> =
             std::cell::RefCell::default();
     }
     if text.len() > SYMBOL_MAX_LEN {
