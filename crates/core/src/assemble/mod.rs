@@ -283,20 +283,25 @@ impl Grouper {
                 };
                 let id = span.span_id;
                 if self
-                    .groups
+                    .finished
                     .get(&key)
-                    .is_some_and(|g| g.span_ids.contains(&id))
-                    || self
-                        .finished
-                        .get(&key)
-                        .is_some_and(|f| f.span_ids.contains(&id))
+                    .is_some_and(|f| f.span_ids.contains(&id))
                 {
                     return Offer::Duplicate;
                 }
-                let group = self.groups.entry(key.clone()).or_insert_with(|| Group {
-                    bytes: GROUP_OVERHEAD_BYTES,
-                    ..Group::default()
-                });
+                // One lookup both checks the pending group for a copy and finds (or makes) it.
+                let group = match self.groups.entry(key.clone()) {
+                    std::collections::hash_map::Entry::Occupied(group) => {
+                        if group.get().span_ids.contains(&id) {
+                            return Offer::Duplicate;
+                        }
+                        group.into_mut()
+                    }
+                    std::collections::hash_map::Entry::Vacant(slot) => slot.insert(Group {
+                        bytes: GROUP_OVERHEAD_BYTES,
+                        ..Group::default()
+                    }),
+                };
                 let bytes = span.retained_bytes() + SPAN_ID_BYTES;
                 group.bytes += bytes;
                 // A request has one to three attempts as a rule: grow by one at first, not to
@@ -486,25 +491,25 @@ impl Grouper {
             attempts = new;
         }
         let mut evaluated = Vec::new();
-        if let Some(finished) = self.finished.get(key) {
+        // One lookup finds the request's earlier attempts and makes its finished entry: an
+        // entry that is new holds nothing yet.
+        if let Some(entry) = self.finished_entry(key) {
             let trace_id = *key.trace_id();
             let kind = match key {
                 GroupKey::Single { .. } => SpanKind::SingleAttempt,
                 GroupKey::RequestId { .. } | GroupKey::Parent { .. } => SpanKind::Attempt,
             };
-            evaluated = finished
+            evaluated = entry
                 .attempts
                 .iter()
                 .map(|a| a.to_facts(trace_id, kind))
                 .collect();
             if logical.is_none() {
-                logical = finished
+                logical = entry
                     .logical
                     .as_deref()
                     .map(|l| l.to_facts(trace_id, SpanKind::LogicalRequest));
             }
-        }
-        if let Some(entry) = self.finished_entry(key) {
             // Ids now, so a copy arriving before `finish` is still a duplicate.
             let ids = already_written.iter().chain(&attempts).map(|a| a.span_id);
             let before = entry.span_ids.len();
@@ -724,6 +729,24 @@ impl Grouper {
     fn finished_entry(&mut self, key: &GroupKey) -> Option<&mut Finished> {
         if self.finished_capacity == 0 {
             return None;
+        }
+        if self.finished.len() < self.finished_capacity {
+            // Room for one more, so nothing is evicted: one lookup finds or makes the entry. (The
+            // byte budget, not the count, bounds the cache under load.)
+            let (order, bytes, changes) = (
+                &mut self.finished_order,
+                &mut self.finished_bytes,
+                &mut self.finished_changes,
+            );
+            return Some(self.finished.entry(key.clone()).or_insert_with(|| {
+                order.push_back(key.clone());
+                *bytes += GROUP_OVERHEAD_BYTES;
+                *changes += 1;
+                Finished {
+                    bytes: GROUP_OVERHEAD_BYTES,
+                    ..Finished::default()
+                }
+            }));
         }
         if !self.finished.contains_key(key) {
             while self.finished.len() >= self.finished_capacity {
