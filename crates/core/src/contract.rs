@@ -178,25 +178,36 @@ pub struct EnvelopeFields {
 /// past this many the memory starts afresh rather than grow with hostile input.
 const INTERNED_ENVELOPES: usize = 1024;
 
+/// One reading thread's shared copies of values it has read before (envelopes, symbols).
+type Interned<T> = std::cell::RefCell<std::collections::HashSet<Arc<T>, ahash::RandomState>>;
+
 thread_local! {
-    static ENVELOPES: std::cell::RefCell<std::collections::HashSet<Arc<EnvelopeFields>, ahash::RandomState>> =
-        std::cell::RefCell::new(Default::default());
+    static ENVELOPES: Interned<EnvelopeFields> = Interned::default();
+    static SYMBOLS: Interned<str> = Interned::default();
+}
+
+/// The shared copy of `value` if `table` holds one, else a new one it then holds. Past `limit`
+/// values the table starts afresh rather than grow with hostile input.
+fn intern<T, V>(table: &Interned<T>, value: V, limit: usize) -> Arc<T>
+where
+    T: ?Sized + Eq + std::hash::Hash,
+    V: std::borrow::Borrow<T> + Into<Arc<T>>,
+{
+    let mut known = table.borrow_mut();
+    if let Some(shared) = known.get(value.borrow()) {
+        return Arc::clone(shared);
+    }
+    if known.len() >= limit {
+        known.clear();
+    }
+    let shared: Arc<T> = value.into();
+    known.insert(Arc::clone(&shared));
+    shared
 }
 
 /// The shared copy of an envelope this thread has read before, else a new one.
 fn intern_envelope(env: EnvelopeFields) -> Arc<EnvelopeFields> {
-    ENVELOPES.with(|cell| {
-        let mut known = cell.borrow_mut();
-        if let Some(shared) = known.get(&env) {
-            return Arc::clone(shared);
-        }
-        if known.len() >= INTERNED_ENVELOPES {
-            known.clear();
-        }
-        let shared = Arc::new(env);
-        known.insert(Arc::clone(&shared));
-        shared
-    })
+    ENVELOPES.with(|table| intern(table, env, INTERNED_ENVELOPES))
 }
 
 impl EnvelopeFields {
@@ -565,25 +576,10 @@ const SYMBOL_MAX_LEN: usize = 256;
 
 /// The shared copy of `text` (see [`Symbol`]).
 pub fn symbol(text: &str) -> Symbol {
-    thread_local! {
-        static SYMBOLS: std::cell::RefCell<std::collections::HashSet<Symbol, ahash::RandomState>> =
-            std::cell::RefCell::default();
-    }
     if text.len() > SYMBOL_MAX_LEN {
         return Arc::from(text);
     }
-    SYMBOLS.with(|symbols| {
-        let mut symbols = symbols.borrow_mut();
-        if let Some(known) = symbols.get(text) {
-            return Arc::clone(known);
-        }
-        if symbols.len() >= SYMBOLS_PER_THREAD {
-            symbols.clear();
-        }
-        let new: Symbol = Arc::from(text);
-        symbols.insert(Arc::clone(&new));
-        new
-    })
+    SYMBOLS.with(|table| intern(table, text, SYMBOLS_PER_THREAD))
 }
 
 /// The host of a URL (`https://api.example.com:443/v1` → `api.example.com`), without parsing
@@ -1022,27 +1018,28 @@ impl FactsReader {
 }
 
 /// A non-empty string value; other types count as missing.
-fn string(value: ValueRef<'_>) -> Option<String> {
+fn text(value: ValueRef<'_>) -> Option<&str> {
     match value {
-        ValueRef::Str(s) if !s.is_empty() => Some(s.to_owned()),
+        ValueRef::Str(s) if !s.is_empty() => Some(s),
         _ => None,
     }
 }
 
-/// [`string`] as a shared [`Symbol`].
+/// [`text`], owned.
+fn string(value: ValueRef<'_>) -> Option<String> {
+    text(value).map(str::to_owned)
+}
+
+/// [`text`] as a shared [`Symbol`].
 fn symbol_value(value: ValueRef<'_>) -> Option<Symbol> {
-    match value {
-        ValueRef::Str(s) if !s.is_empty() => Some(symbol(s)),
-        _ => None,
-    }
+    text(value).map(symbol)
 }
 
 /// Request ids are strings, but an SDK that writes an integer id means the same thing.
 fn request_id(value: ValueRef<'_>) -> Option<Arc<str>> {
     match value {
         ValueRef::Int(i) => Some(Arc::from(i.to_string())),
-        ValueRef::Str(s) if !s.is_empty() => Some(Arc::from(s)),
-        _ => None,
+        other => text(other).map(Arc::from),
     }
 }
 

@@ -123,7 +123,8 @@ impl ContextSpan {
 
     /// Estimated bytes this context keeps alive, counted as [`SpanFacts::retained_bytes`] does.
     pub fn retained_bytes(&self) -> usize {
-        // Model and family are symbols other spans share; count them as the facts do.
+        // At their length, as when each context owned a copy: the facts no longer count the
+        // symbols they share, but a finished cache bounded as before is the safer estimate.
         fn text(s: &Option<Arc<str>>) -> usize {
             s.as_ref().map_or(0, |s| s.len())
         }
