@@ -154,17 +154,17 @@ fn random_envelope() -> impl Strategy<Value = EnvelopeFields> {
             EnvelopeFields {
                 present,
                 json_invalid,
-                pricing_source: source.map(str::to_owned),
+                pricing_source: source.map(Into::into),
                 pricing_checked_at: date.and_then(|(y, m, d)| NaiveDate::from_ymd_opt(y, m, d)),
-                pricing_version: version.map(str::to_owned),
-                billing_group: group.map(str::to_owned),
+                pricing_version: version.map(Into::into),
+                billing_group: group.map(Into::into),
                 max_incremental_usd: max,
                 max_attempts_after_first: attempts,
                 allow_family_fallback: allow,
                 allowed_fallback_families: families
                     .map(|f| f.iter().map(|s| (*s).to_owned()).collect()),
                 replay_safe: safe,
-                task_type: task.map(str::to_owned),
+                task_type: task.map(Into::into),
                 ..Default::default()
             }
         },

@@ -139,7 +139,7 @@ pub fn respond(row: AttemptRow, question: &Question, allow: bool) -> DecideRespo
         row.envelope_source
             .map(|_| envelope_source::REQUEST.to_owned())
     } else {
-        row.envelope_source
+        row.envelope_source.as_deref().map(str::to_owned)
     };
     DecideResponse {
         allow,
@@ -154,9 +154,9 @@ pub fn respond(row: AttemptRow, question: &Question, allow: bool) -> DecideRespo
         estimated_incremental_usd: row.estimated_incremental_usd.map(usd),
         cumulative_incremental_usd: row.cumulative_incremental_usd.map(usd),
         remaining_envelope_usd: row.remaining_envelope_usd.map(usd),
-        pricing_version: row.pricing_version,
+        pricing_version: row.pricing_version.as_deref().map(str::to_owned),
         pricing_checked_at: row.pricing_checked_at.map(|d| d.to_string()),
-        pricing_digest: row.pricing_digest,
+        pricing_digest: row.pricing_digest.as_deref().map(str::to_owned),
         envelope_source,
         decision_reason: row.decision_reason,
     }

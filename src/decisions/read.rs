@@ -97,7 +97,7 @@ pub fn read(question: DecideRequest, now: DateTime<Utc>) -> Result<Question, Mal
         None => EnvelopeFields::empty(),
     };
     let service_name: Arc<str> = match non_empty(service) {
-        Some(service) => Arc::from(service),
+        Some(service) => service,
         None => Arc::from(attr::UNKNOWN_SERVICE),
     };
 
@@ -117,7 +117,7 @@ pub fn read(question: DecideRequest, now: DateTime<Utc>) -> Result<Question, Mal
             ],
         );
         span.output_reached_client = attempt.output_reached_client;
-        span.error_type = non_empty(attempt.error_type).map(Into::into);
+        span.error_type = non_empty(attempt.error_type);
         if index == 0 {
             // As an SDK writes `retry_spend.task.type` and `retry_spend.envelope` on its spans:
             // the audit merges every span's, so attempt 0 alone is enough.
@@ -178,7 +178,7 @@ fn attempt_span(
         attempt_count: None,
         envelope: EnvelopeFields::empty(),
         envelope_json: None,
-        request_model: non_empty(model).map(Into::into),
+        request_model: non_empty(model),
         response_model: None,
         provider: None,
         model_family: None,
@@ -272,6 +272,6 @@ fn date(field: &str, text: &str) -> Result<Option<chrono::NaiveDate>, Malformed>
 }
 
 /// An empty string is an absent value, as an empty span attribute is.
-fn non_empty(text: String) -> Option<String> {
-    (!text.is_empty()).then_some(text)
+fn non_empty(text: String) -> Option<Arc<str>> {
+    (!text.is_empty()).then(|| Arc::from(text))
 }

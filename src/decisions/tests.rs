@@ -173,7 +173,7 @@ fn worked_example_fallback_to_glm_is_within_the_envelope_with_the_rule_tests_mon
             remaining_envelope_usd: Some("0.00733374".into()),
             pricing_version: Some(VERSION.into()),
             pricing_checked_at: Some("2026-08-22".into()),
-            pricing_digest: Some(digest),
+            pricing_digest: Some(digest.to_string()),
             envelope_source: Some("request".into()),
             decision_reason: "retry 1 of glm-5 brings incremental spend to 0.00766626 USD, \
                               within the 0.015 envelope (0.00733374 USD left)"
@@ -832,11 +832,11 @@ fn expected_answer(row: AttemptRow, envelope_in_request: bool) -> DecideResponse
         remaining_envelope_usd: row
             .remaining_envelope_usd
             .map(|d| d.normalize().to_string()),
-        pricing_version: row.pricing_version,
+        pricing_version: row.pricing_version.as_deref().map(str::to_owned),
         pricing_checked_at: row
             .pricing_checked_at
             .map(|d| d.format("%Y-%m-%d").to_string()),
-        pricing_digest: row.pricing_digest,
+        pricing_digest: row.pricing_digest.as_deref().map(str::to_owned),
         envelope_source: match row.envelope_source.as_deref() {
             Some("span") if envelope_in_request => Some("request".into()),
             other => other.map(str::to_owned),

@@ -105,7 +105,13 @@ fn new_api_feed_reproduces_the_shipped_aiwave_snapshot() {
 #[test]
 fn new_api_family_is_the_vendor_lower_cased_else_the_name_prefix() {
     let snapshot = loaded(&import(Format::NewApi, NEW_API));
-    let family = |m: &str| snapshot.models[m].family.clone().unwrap_or_default();
+    let family = |m: &str| {
+        snapshot.models[m]
+            .family
+            .as_deref()
+            .unwrap_or_default()
+            .to_owned()
+    };
     assert_eq!(family("deepseek-v4-pro"), "deepseek");
     assert_eq!(family("gpt-4o-mini"), "openai");
     assert_eq!(family("glm-5"), "glm");
@@ -397,7 +403,7 @@ fn written_snapshots_load_with_the_collectors_loader() {
         assert_eq!(written.path, dir.path().join(imported.file_name()));
         assert_eq!(std::fs::read(&written.path).unwrap(), imported.bytes);
         let snapshot = crate::load::snapshot_file(&written.path).unwrap();
-        assert_eq!(snapshot.digest, written.digest);
+        assert_eq!(*snapshot.digest, *written.digest);
     }
     assert_eq!(crate::load::pricing_dir(dir.path()).unwrap().len(), 3);
     // Nothing but the snapshots is left behind.

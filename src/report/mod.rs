@@ -73,7 +73,7 @@ impl From<&AttemptRow> for ReportRow {
             span_id: row.span_id.clone(),
             request_id: row.request_id.to_string(),
             service_name: row.service_name.to_string(),
-            task_type: row.task_type.clone(),
+            task_type: row.task_type.as_deref().map(str::to_owned),
             attempt_index: row.attempt_index,
             spend_class: row.spend_class.as_str().to_owned(),
             decision: row.decision.as_str().to_owned(),

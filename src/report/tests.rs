@@ -435,7 +435,7 @@ fn attempt_row(request: &str, index: i32, event_time: i64, estimate: &str) -> At
         span_id: format!("b7ad6b71692033{index:02}"),
         request_id: row.request_id.into(),
         service_name: row.service_name.into(),
-        task_type: row.task_type,
+        task_type: row.task_type.map(Into::into),
         attempt_index: index,
         estimated_incremental_usd: row.estimated_incremental_usd,
         spend_class: SpendClass::Retry,

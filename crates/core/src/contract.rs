@@ -158,10 +158,11 @@ pub struct EnvelopeFields {
     pub present: bool,
     /// The JSON form was there but did not parse as an object.
     pub json_invalid: bool,
-    pub pricing_source: Option<String>,
+    /// Text fields are shared: every row of the request copies them into its own.
+    pub pricing_source: Option<Arc<str>>,
     pub pricing_checked_at: Option<NaiveDate>,
-    pub pricing_version: Option<String>,
-    pub billing_group: Option<String>,
+    pub pricing_version: Option<Arc<str>>,
+    pub billing_group: Option<Arc<str>>,
     pub max_incremental_usd: Option<Decimal>,
     pub max_attempts_after_first: Option<i32>,
     pub allow_family_fallback: Option<bool>,
@@ -170,7 +171,7 @@ pub struct EnvelopeFields {
     /// The output cap to plan with for attempts that state none (SPEC §4). Like `task_type`, it
     /// does not make an envelope present by itself.
     pub assumed_output_cap: Option<i64>,
-    pub task_type: Option<String>,
+    pub task_type: Option<Arc<str>>,
 }
 
 /// Distinct envelopes each reading thread remembers. A service states the same few envelopes
@@ -648,12 +649,12 @@ fn is_envelope_key(key: &str) -> bool {
 /// Reads a flat envelope attribute; returns whether `key` is one (present even if unparseable).
 fn read_flat_envelope_field(env: &mut EnvelopeFields, key: &str, value: ValueRef<'_>) -> bool {
     match key {
-        attr::PRICING_SOURCE => env.pricing_source = string(value),
+        attr::PRICING_SOURCE => env.pricing_source = symbol_value(value),
         attr::PRICING_CHECKED_AT => {
             env.pricing_checked_at = string(value).as_deref().and_then(parse_date)
         }
-        attr::PRICING_VERSION => env.pricing_version = string(value),
-        attr::BILLING_GROUP => env.billing_group = string(value),
+        attr::PRICING_VERSION => env.pricing_version = symbol_value(value),
+        attr::BILLING_GROUP => env.billing_group = symbol_value(value),
         attr::MAX_INCREMENTAL_USD => env.max_incremental_usd = money(value),
         attr::MAX_ATTEMPTS_AFTER_FIRST => env.max_attempts_after_first = small_int(int(value)),
         attr::ALLOW_FAMILY_FALLBACK => env.allow_family_fallback = boolean(value),
@@ -904,7 +905,7 @@ impl FactsReader {
             }
             attr::SDK_REMAINING_ENVELOPE_USD => facts.sdk_remaining_envelope_usd = money(value),
             attr::SDK_DECISION_REASON => facts.sdk_decision_reason = string(value),
-            attr::TASK_TYPE => env.task_type = string(value),
+            attr::TASK_TYPE => env.task_type = symbol_value(value),
             attr::ENVELOPE_JSON => {
                 facts.envelope_json = Some(Arc::new(match value {
                     ValueRef::Str(json) => parse_envelope_json(json),
@@ -1159,6 +1160,7 @@ pub fn parse_envelope_json(json: &str) -> EnvelopeFields {
             .get(key)
             .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
             .filter(|s| !s.is_empty())
+            .map(Arc::<str>::from)
     };
     let number = |key: &str| object.get(key).and_then(|raw| json_number(raw));
     let flag = |key: &str| {

@@ -23,15 +23,15 @@ pub struct AttemptRow {
     /// [`Symbol`]s, so a row costs no copy of them.
     pub request_id: Arc<str>,
     pub service_name: Arc<str>,
-    pub task_type: Option<String>,
-    pub billing_group: Option<String>,
+    pub task_type: Option<Arc<str>>,
+    pub billing_group: Option<Arc<str>>,
     pub provider: Option<Symbol>,
     pub attempt_index: i32,
     pub original_model: Option<Symbol>,
     pub retry_model: Option<Symbol>,
     pub response_model: Option<Symbol>,
-    pub original_family: Option<String>,
-    pub retry_family: Option<String>,
+    pub original_family: Option<Arc<str>>,
+    pub retry_family: Option<Arc<str>>,
     pub input_tokens: Option<i64>,
     pub cached_input_tokens: Option<i64>,
     pub cache_write_input_tokens: Option<i64>,
@@ -47,9 +47,9 @@ pub struct AttemptRow {
     pub sdk_estimated_incremental_usd: Option<Decimal>,
     pub sdk_remaining_envelope_usd: Option<Decimal>,
     pub max_attempts_after_first: Option<i32>,
-    pub pricing_version: Option<String>,
-    pub pricing_source: Option<String>,
-    pub pricing_digest: Option<String>,
+    pub pricing_version: Option<Arc<str>>,
+    pub pricing_source: Option<Arc<str>>,
+    pub pricing_digest: Option<Arc<str>>,
     pub pricing_checked_at: Option<NaiveDate>,
     pub spend_class: SpendClass,
     pub decision: Decision,
@@ -71,7 +71,7 @@ pub struct AttemptRow {
     pub price_tier_above_input_tokens: Option<i64>,
     /// Where the envelope came from: [`envelope_source::SPAN`], `policy:<name>`
     /// ([`envelope_source::policy`]), or `None` when the request has none.
-    pub envelope_source: Option<String>,
+    pub envelope_source: Option<Arc<str>>,
 }
 
 impl AttemptRow {

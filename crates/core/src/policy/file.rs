@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use rust_decimal::Decimal;
 use serde::Deserialize;
@@ -224,17 +225,17 @@ impl Problems<'_> {
         EnvelopeFields {
             present: true,
             json_invalid: false,
-            pricing_source,
+            pricing_source: pricing_source.map(Arc::from),
             pricing_checked_at,
-            pricing_version,
-            billing_group,
+            pricing_version: pricing_version.map(Arc::from),
+            billing_group: billing_group.map(Arc::from),
             max_incremental_usd,
             max_attempts_after_first,
             allow_family_fallback: raw.allow_family_fallback,
             allowed_fallback_families,
             replay_safe: raw.replay_safe,
             assumed_output_cap: raw.assumed_output_cap,
-            task_type,
+            task_type: task_type.map(Arc::from),
         }
     }
 }

@@ -47,13 +47,22 @@ pub fn describe(policy: &Policy) -> String {
             let _ = write!(line, " {key}={value}");
         }
     };
-    field("pricing_version", e.pricing_version.clone());
+    field(
+        "pricing_version",
+        e.pricing_version.as_deref().map(str::to_owned),
+    );
     field(
         "pricing_checked_at",
         e.pricing_checked_at.map(|d| d.to_string()),
     );
-    field("pricing_source", e.pricing_source.clone());
-    field("billing_group", e.billing_group.clone());
+    field(
+        "pricing_source",
+        e.pricing_source.as_deref().map(str::to_owned),
+    );
+    field(
+        "billing_group",
+        e.billing_group.as_deref().map(str::to_owned),
+    );
     field(
         "max_incremental_usd",
         e.max_incremental_usd.map(|d| d.normalize().to_string()),
@@ -73,7 +82,7 @@ pub fn describe(policy: &Policy) -> String {
             .map(|f| format!("[{}]", f.join(","))),
     );
     field("replay_safe", e.replay_safe.map(|b| b.to_string()));
-    field("task_type", e.task_type.clone());
+    field("task_type", e.task_type.as_deref().map(str::to_owned));
     line
 }
 
@@ -124,7 +133,7 @@ pub fn warnings(policy: &Policy, book: Option<&PricingBook>) -> Vec<String> {
     if Some(snapshot.checked_at) != e.pricing_checked_at
         || e.pricing_source
             .as_ref()
-            .is_some_and(|s| *s != snapshot.source)
+            .is_some_and(|s| **s != *snapshot.source)
     {
         warnings.push(format!(
             "no loaded snapshot of {version:?} has this checked date and source: {}",
@@ -132,7 +141,7 @@ pub fn warnings(policy: &Policy, book: Option<&PricingBook>) -> Vec<String> {
         ));
     }
     if let Some(group) = &e.billing_group {
-        if !snapshot.group_ratio.contains_key(group) {
+        if !snapshot.group_ratio.contains_key(&**group) {
             warnings.push(format!(
                 "billing group {group:?} is not in {}: {}",
                 snapshot.path.display(),

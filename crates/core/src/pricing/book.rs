@@ -27,7 +27,7 @@ pub struct PricingBook {
 struct ListedFamily {
     checked_at: NaiveDate,
     version: String,
-    family: Option<String>,
+    family: Option<std::sync::Arc<str>>,
 }
 
 impl PricingBook {
@@ -135,8 +135,8 @@ impl PricingBook {
     /// The family the newest loaded snapshot listing `model` gives it (latest checked date,
     /// then greatest version by byte order); `None` when no snapshot lists the model or that
     /// one names no family.
-    pub fn newest_family(&self, model: &str) -> Option<&str> {
-        self.family_by_model.get(model)?.family.as_deref()
+    pub fn newest_family(&self, model: &str) -> Option<&std::sync::Arc<str>> {
+        self.family_by_model.get(model)?.family.as_ref()
     }
 
     /// Distinct snapshots loaded.
@@ -528,7 +528,10 @@ mod tests {
         book.insert(dated("b", "2026-08-10", "1")).unwrap();
         book.insert(dated("z", "2026-08-01", "1")).unwrap();
         book.insert(dated("a", "2026-08-10", "1")).unwrap();
-        assert_eq!(book.newest_family("m"), Some("f-b-2026-08-10"));
+        assert_eq!(
+            book.newest_family("m").map(|f| &**f),
+            Some("f-b-2026-08-10")
+        );
         assert_eq!(book.newest_family("unlisted"), None);
     }
 

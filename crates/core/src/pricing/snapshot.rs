@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use chrono::NaiveDate;
 use rust_decimal::Decimal;
@@ -25,13 +26,15 @@ pub struct Snapshot {
     pub group_ratio: BTreeMap<String, Decimal>,
     pub models: BTreeMap<String, ModelPrice>,
     /// Lowercase hex SHA-256 of the file's bytes.
-    pub digest: String,
+    /// Shared: every row priced by this snapshot names it.
+    pub digest: Arc<str>,
 }
 
 /// Listed prices of one model, USD per million tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelPrice {
-    pub family: Option<String>,
+    /// Shared: every row of the model names it.
+    pub family: Option<Arc<str>>,
     pub input: Decimal,
     pub output: Decimal,
     pub cached_input: Option<Decimal>,
@@ -212,7 +215,7 @@ impl Snapshot {
                 Some(raw) => parse_tiers(raw, &field("tiers")).map_err(|(f, p)| err(&f, p))?,
                 None => Vec::new(),
             };
-            let family = model.family.filter(|f| !f.is_empty());
+            let family = model.family.filter(|f| !f.is_empty()).map(Arc::from);
             models.insert(
                 name,
                 ModelPrice {
@@ -234,7 +237,7 @@ impl Snapshot {
             checked_at,
             group_ratio,
             models,
-            digest: hex::encode(Sha256::digest(bytes)),
+            digest: hex::encode(Sha256::digest(bytes)).into(),
         })
     }
 }

@@ -48,9 +48,9 @@ impl Envelope {
         if policy.pins_latest() {
             match first_date.and_then(|date| book.latest_on_or_before(date)) {
                 Some(snapshot) => {
-                    fields.pricing_version = Some(snapshot.version.clone());
+                    fields.pricing_version = Some(snapshot.version.as_str().into());
                     fields.pricing_checked_at = Some(snapshot.checked_at);
-                    fields.pricing_source = Some(snapshot.source.clone());
+                    fields.pricing_source = Some(snapshot.source.as_str().into());
                 }
                 None => self.latest_unresolved = true,
             }

@@ -12,7 +12,7 @@ use rust_decimal::Decimal;
 
 use crate::assemble::{FastSet, GroupKey, Request};
 use crate::contract::UsageOrigin;
-use crate::contract::{Count, EnvelopeFields, SpanFacts, SpanId};
+use crate::contract::{Count, EnvelopeFields, SpanFacts, SpanId, Symbol};
 use crate::policy::{PolicySet, Subject};
 use crate::pricing::{add_exact, cost_usd, sub_exact, ModelPrice, PricingBook, Snapshot, Usage};
 use crate::record::{
@@ -101,7 +101,7 @@ struct Priced<'a> {
     span: &'a SpanFacts,
     index: i32,
     price: Option<&'a ModelPrice>,
-    family: Option<&'a str>,
+    family: Option<&'a Symbol>,
     /// The cap planned with (SPEC §4) and where it came from.
     output_cap: Count,
     output_cap_source: Option<OutputCapSource>,
@@ -194,7 +194,7 @@ pub fn evaluate_into(
     let shared = Shared {
         request_id,
         attempt_source: request.attempt_source,
-        envelope_source: envelope.source(),
+        envelope_source: envelope.source().map(Symbol::from),
         envelope: &envelope,
         snapshot,
         group_ratio,
@@ -255,7 +255,7 @@ fn first_missing_retry(indices: impl Iterator<Item = i32>) -> i32 {
 struct Shared<'a> {
     request_id: std::sync::Arc<str>,
     attempt_source: AttemptSource,
-    envelope_source: Option<String>,
+    envelope_source: Option<Symbol>,
     envelope: &'a Envelope,
     snapshot: Option<&'a Snapshot>,
     group_ratio: Option<Decimal>,
@@ -356,8 +356,8 @@ impl Judged {
             envelope: &shared.envelope.fields,
             k: attempt.index,
             earlier_output_reached_client,
-            original_family: shared.first.and_then(|f| f.family),
-            family: attempt.family,
+            original_family: shared.first.and_then(|f| f.family.map(|s| &**s)),
+            family: attempt.family.map(|s| &**s),
             served_drift: served_model_drift(span),
             audited,
             cumulative: figures.cumulative,
@@ -521,8 +521,8 @@ fn build_row(
         original_model: first.and_then(|f| f.span.request_model.clone()),
         retry_model: span.request_model.clone(),
         response_model: span.response_model.clone(),
-        original_family: first.and_then(|f| f.family.map(str::to_owned)),
-        retry_family: attempt.family.map(str::to_owned),
+        original_family: first.and_then(|f| f.family.cloned()),
+        retry_family: attempt.family.cloned(),
         input_tokens: span.input_tokens.value(),
         cached_input_tokens: span.cached_input_tokens.value(),
         cache_write_input_tokens: span.cache_write_input_tokens.value(),
@@ -646,12 +646,12 @@ fn model_family<'a>(
     span: &'a SpanFacts,
     price: Option<&'a ModelPrice>,
     book: &'a PricingBook,
-) -> Option<&'a str> {
-    if let Some(family) = span.model_family.as_deref() {
+) -> Option<&'a Symbol> {
+    if let Some(family) = span.model_family.as_ref() {
         return Some(family);
     }
     match price {
-        Some(listed) => listed.family.as_deref(),
+        Some(listed) => listed.family.as_ref(),
         None => book.newest_family(span.request_model.as_deref()?),
     }
 }
@@ -735,7 +735,7 @@ fn audit(input: AuditInput<'_>) -> Option<UnauditedReason> {
     let Some(snapshot) = input.snapshot else {
         return Some(R::UnknownPricingVersion);
     };
-    if *source != snapshot.source || checked_at != snapshot.checked_at {
+    if **source != *snapshot.source || checked_at != snapshot.checked_at {
         return Some(R::PricingMetadataMismatch);
     }
     let span_date = utc_date(span.start_time_unix_nano);

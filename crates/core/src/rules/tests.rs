@@ -1150,7 +1150,7 @@ fn a_request_without_an_envelope_takes_the_first_matching_policy() {
     assert_eq!(retry.max_incremental_usd, Some(d("0.015")));
     assert_eq!(retry.billing_group.as_deref(), Some("vip"));
     assert_eq!(retry.task_type.as_deref(), Some("from_policy"));
-    assert_eq!(retry.pricing_digest.as_ref().map(String::len), Some(64));
+    assert_eq!(retry.pricing_digest.as_deref().map(str::len), Some(64));
     assert_eq!(rows[0].envelope_source, retry.envelope_source);
 }
 
