@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use arrow_schema::{DataType, TimeUnit};
@@ -555,6 +556,31 @@ fn the_rows_do_not_depend_on_the_number_of_streams() {
             "{}",
             input.display()
         );
+    }
+}
+
+/// Each stream writes through a sink of its own, as a shard does: a date gets at most one file
+/// per stream, every one complete, and one stream gives one file per date.
+#[test]
+fn each_stream_writes_its_own_complete_files() {
+    for (workers, most) in [("1", 1), ("3", 3)] {
+        let replayed = Replay::example().args(["--workers", workers]).run().ok();
+        let files = common::parquet_files(replayed.out());
+        assert!(temporary_files(replayed.out()).is_empty(), "{files:?}");
+        let mut per_date = BTreeMap::<PathBuf, usize>::new();
+        for file in &files {
+            *per_date
+                .entry(file.parent().unwrap().to_path_buf())
+                .or_default() += 1;
+        }
+        assert!(!per_date.is_empty(), "--workers {workers}: no files");
+        for (date, count) in per_date {
+            assert!(
+                (1..=most).contains(&count),
+                "--workers {workers}: {count} files in {}",
+                date.display()
+            );
+        }
     }
 }
 
