@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use rust_decimal::Decimal;
@@ -205,9 +205,9 @@ pub struct Staging {
     created: bool,
     /// Names of this replay's files start with this (its instance id in the sink's names).
     file_prefix: String,
-    /// Shared by the streams while they write into `dir`, and taken whole by
-    /// [`abandon`](Self::abandon), which then never races a file being written.
-    writing: RwLock<()>,
+    /// Held while the replay writes into `dir`, and by [`abandon`](Self::abandon), which then
+    /// never races a file being written.
+    writing: Mutex<()>,
 }
 
 impl Staging {
@@ -232,7 +232,7 @@ impl Staging {
             created: temporary || !dir.exists(),
             temporary,
             file_prefix: format!("part-{instance_id}-"),
-            writing: RwLock::new(()),
+            writing: Mutex::new(()),
             dir,
         }
     }
@@ -241,11 +241,15 @@ impl Staging {
         &self.dir
     }
 
-    /// Removes what this replay staged, waiting for the files being written to be complete; the
+    fn writing(&self) -> MutexGuard<'_, ()> {
+        self.writing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Removes what this replay staged, waiting for a file being written to be complete; the
     /// caller then ends the process (the replay writes nothing after this returns only because
     /// the process ends: the lock stays held until then).
     pub fn abandon(&self) {
-        let writing = self.writing.write().unwrap_or_else(PoisonError::into_inner);
+        let writing = self.writing();
         self.remove_unfinished();
         std::mem::forget(writing);
     }
@@ -320,7 +324,7 @@ pub fn replay(
         max_pending_bytes,
         workers,
         || ParquetSink::new(output_dir, sink.clone()),
-        &RwLock::new(()),
+        &Mutex::new(()),
         on_bad_line,
     )
 }
@@ -393,23 +397,20 @@ fn upload_replay(
     )
 }
 
-/// `writing` is held (shared) whenever a sink writes files (not while it waits for their
-/// upload).
+/// `writing` is held whenever the sink writes files (not while it waits for their upload).
 ///
 /// The spans go to `shards` streams by trace, as `serve` shards them: each owns an assembler
-/// with its share of `max_pending_bytes` and a sink of its own, and runs on its own thread,
-/// while this thread reads, routes and counts lines. As in `serve`, each stream writes its own
-/// files (one per date and rotation), so Parquet is encoded on every core at once: behind one
-/// shared sink it was a fifth of the replay, one stream at a time. A trace's spans all reach
-/// one stream in input order, line by line, so every request is judged exactly as one stream
-/// would judge it.
+/// with its share of `max_pending_bytes` and runs on its own thread, while this thread reads,
+/// routes and counts lines. They share one sink, so a replay writes one file per date and
+/// rotation as before, whatever the number of streams. A trace's spans all reach one stream in
+/// input order, line by line, so every request is judged exactly as one stream would judge it.
 fn replay_with(
     inputs: &[PathBuf],
     engine: &Engine,
     max_pending_bytes: u64,
     workers: usize,
-    open_sink: impl Fn() -> Result<ParquetSink, ParquetSinkError> + Sync,
-    writing: &RwLock<()>,
+    open_sink: impl FnOnce() -> Result<ParquetSink, ParquetSinkError>,
+    writing: &Mutex<()>,
     mut on_bad_line: impl FnMut(&BadLine),
 ) -> Result<ReplaySummary, ReplayError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -426,26 +427,21 @@ fn replay_with(
     };
     let keys = engine.policies.attribute_keys();
     let mut summary = ReplaySummary::default();
-    // Set when reading failed: the streams stop instead of evaluating what they hold, and their
-    // sinks are dropped unfinished (removing what they created).
+    // Set when reading failed: the streams stop instead of evaluating what they hold, and the
+    // sink is dropped unfinished (removing what it created).
     let aborted = std::sync::atomic::AtomicBool::new(false);
-    // Every sink is opened before any input is read, so that one that cannot be (an output
-    // directory not writable) fails the replay at once.
-    let mut sinks = Vec::with_capacity(shards);
-    {
-        let _writing = shared(writing);
-        for _ in 0..shards {
-            sinks.push(open_sink()?);
-        }
-    }
+    let sink = {
+        let _writing = lock(writing);
+        Mutex::new(open_sink()?)
+    };
     std::thread::scope(|scope| -> Result<(), ReplayError> {
         let mut senders = Vec::with_capacity(shards);
         let mut streams = Vec::with_capacity(shards);
-        for (shard, sink) in sinks.into_iter().enumerate() {
+        for shard in 0..shards {
             // A few chunks per stream in flight bound what waits between reading and assembly.
             let (sender, lines) = std::sync::mpsc::sync_channel::<Vec<Vec<SpanFacts>>>(4);
             senders.push(sender);
-            let (bounds, aborted) = (&bounds, &aborted);
+            let (bounds, aborted, sink) = (&bounds, &aborted, &sink);
             let thread = std::thread::Builder::new()
                 .name(format!("replay-{shard}"))
                 .spawn_scoped(scope, move || {
@@ -502,6 +498,13 @@ fn replay_with(
         }
         failed.map_or(Ok(()), Err)
     })?;
+    let mut sink = sink.into_inner().unwrap_or_else(PoisonError::into_inner);
+    {
+        let _writing = lock(writing);
+        summary.files_written.extend(sink.flush_all()?);
+    }
+    // Every file is complete: what is left is waiting for their upload.
+    summary.files_written.extend(sink.close()?);
     // The streams' files were absorbed in the order the streams ended; names sort by time.
     summary.files_written.sort();
     Ok(summary)
@@ -588,8 +591,8 @@ fn read_inputs(
     Ok(())
 }
 
-fn shared(writing: &RwLock<()>) -> RwLockReadGuard<'_, ()> {
-    writing.read().unwrap_or_else(PoisonError::into_inner)
+fn lock(mutex: &Mutex<()>) -> MutexGuard<'_, ()> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// One stream of spans on their way to rows: its processor, the batch of rows not yet
@@ -599,10 +602,11 @@ struct Stream<'e> {
     /// Time stands still in a replay: requests are evaluated when complete, at their budget,
     /// or at the end of the input, never because of a wait.
     now: Instant,
-    sink: ParquetSink,
+    /// Shared by every stream of the replay.
+    sink: &'e Mutex<ParquetSink>,
     rows: Vec<AttemptRow>,
-    /// Held (shared) while the sink writes files.
-    writing: &'e RwLock<()>,
+    /// Held while the sink writes files.
+    writing: &'e Mutex<()>,
     summary: ReplaySummary,
 }
 
@@ -635,47 +639,29 @@ impl Stream<'_> {
     }
 
     fn write_rows(&mut self) -> Result<(), ParquetSinkError> {
-        let _writing = shared(self.writing);
-        self.summary
-            .files_written
-            .extend(self.sink.write(&self.rows)?);
+        let _writing = lock(self.writing);
+        let mut sink = self.sink.lock().unwrap_or_else(PoisonError::into_inner);
+        self.summary.files_written.extend(sink.write(&self.rows)?);
         self.rows.clear();
         Ok(())
     }
 
-    /// At the end of the input: evaluates what is still held, writes its rows and completes
-    /// the stream's files (waiting for their upload when the output is a store).
+    /// At the end of the input: evaluates what is still held and writes its rows (the files
+    /// are completed once every stream is done).
     fn finish(mut self) -> Result<ReplaySummary, ReplayError> {
         self.processor.drain_all();
         self.write_ready()?;
         self.write_rows()?;
-        {
-            let _writing = shared(self.writing);
-            let done = self.sink.flush_all()?;
-            self.summary.files_written.extend(done);
-        }
-        // Every file is complete: what is left is waiting for their upload.
-        let Stream {
-            processor,
-            sink,
-            mut summary,
-            ..
-        } = self;
-        summary.files_written.extend(sink.close()?);
-        Ok(Stream::summary_of(&processor, summary))
+        Ok(self.into_summary())
     }
 
     /// What the stream did: its own counts of rows and files, and the processor's of the rest.
-    fn into_summary(self) -> ReplaySummary {
-        Stream::summary_of(&self.processor, self.summary)
-    }
-
-    fn summary_of(processor: &Processor, mut summary: ReplaySummary) -> ReplaySummary {
-        let counts = processor.counts();
-        summary.ingest = counts;
-        summary.requests = usize::try_from(counts.requests).unwrap_or(usize::MAX);
-        summary.evaluated_early = counts.evicted;
-        summary
+    fn into_summary(mut self) -> ReplaySummary {
+        let counts = self.processor.counts();
+        self.summary.ingest = counts;
+        self.summary.requests = usize::try_from(counts.requests).unwrap_or(usize::MAX);
+        self.summary.evaluated_early = counts.evicted;
+        self.summary
     }
 }
 
