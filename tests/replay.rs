@@ -9,7 +9,7 @@ use arrow_schema::{DataType, TimeUnit};
 use common::child::{run, succeeded};
 use common::collector::{EXAMPLE, PRICING};
 use common::replay::Replay;
-use common::{temporary_files, usd};
+use common::{parquet_files, temporary_files, usd};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 
@@ -565,7 +565,7 @@ fn the_rows_do_not_depend_on_the_number_of_streams() {
 fn a_replay_writes_one_complete_file_per_date_whatever_the_streams() {
     for workers in ["1", "3"] {
         let replayed = Replay::example().args(["--workers", workers]).run().ok();
-        let files = common::parquet_files(replayed.out());
+        let files = parquet_files(replayed.out());
         assert!(temporary_files(replayed.out()).is_empty(), "{files:?}");
         let mut per_date = BTreeMap::<PathBuf, usize>::new();
         for file in &files {

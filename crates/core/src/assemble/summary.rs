@@ -652,10 +652,6 @@ impl<'a> Reader<'a> {
         Ok(self.index(strings)?.to_string())
     }
 
-    fn shared(&mut self, strings: &[Arc<str>]) -> Result<Arc<str>, SummaryError> {
-        self.index(strings)
-    }
-
     fn envelope(&mut self, strings: &[Arc<str>]) -> Result<EnvelopeFields, SummaryError> {
         let flags = u16::from_le_bytes(self.array()?);
         let has = |bit: u16| flags & bit != 0;
@@ -665,7 +661,7 @@ impl<'a> Reader<'a> {
             ..EnvelopeFields::default()
         };
         if has(ENV_SOURCE) {
-            e.pricing_source = Some(self.shared(strings)?);
+            e.pricing_source = Some(self.index(strings)?);
         }
         if has(ENV_CHECKED_AT) {
             e.pricing_checked_at = Some(
@@ -674,10 +670,10 @@ impl<'a> Reader<'a> {
             );
         }
         if has(ENV_VERSION) {
-            e.pricing_version = Some(self.shared(strings)?);
+            e.pricing_version = Some(self.index(strings)?);
         }
         if has(ENV_GROUP) {
-            e.billing_group = Some(self.shared(strings)?);
+            e.billing_group = Some(self.index(strings)?);
         }
         if has(ENV_MAX_USD) {
             let text = std::str::from_utf8(self.bytes_prefixed()?)
@@ -705,7 +701,7 @@ impl<'a> Reader<'a> {
             e.replay_safe = Some(has(ENV_REPLAY));
         }
         if has(ENV_TASK) {
-            e.task_type = Some(self.shared(strings)?);
+            e.task_type = Some(self.index(strings)?);
         }
         Ok(e)
     }
