@@ -5,11 +5,11 @@
 //! and the pending cap is hit. No clock is read here: callers pass `now`, which keeps this
 //! testable without sleeps.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::plain::{PlainHold, PlainOffer};
-use super::{FastMap, GroupKey, Grouper, Offer, Request, Summary};
+use super::{GroupKey, Grouper, Offer, Request, Summary};
 use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
 
 /// The bounds of every assembler of a process together (`[processors.retry_spend]`); each of
@@ -61,6 +61,17 @@ impl ShardBounds {
     }
 }
 
+/// When a pending group's wait ends (see [`Assembler`]'s `deadlines`).
+#[derive(Debug)]
+struct Deadline {
+    at: Instant,
+    seq: u64,
+    key: GroupKey,
+}
+
+/// Stale deadline entries tolerated beyond four per pending group before a sweep.
+const STALE_DEADLINES_SWEPT: usize = 1024;
+
 /// Requests ready for the rules, and why.
 #[derive(Debug, Default)]
 pub struct Ready {
@@ -81,9 +92,11 @@ pub struct Assembler {
     /// Plain GenAI spans and HTTP tries waiting for inference.
     plain: PlainHold,
     options: ShardBounds,
-    /// Deadline order of pending groups; the sequence number breaks ties and finds the entry.
-    deadlines: BTreeMap<(Instant, u64), GroupKey>,
-    deadline_of: FastMap<GroupKey, (Instant, u64)>,
+    /// Pending groups in the order their wait ends. Every span that touches a group appends
+    /// an entry (`now` never goes back and `group_wait` is fixed, so appending keeps the order);
+    /// an entry whose sequence number is no longer its group's latest is stale and skipped.
+    /// A queue, not an ordered map: touching a group is one push, not a removal and an insert.
+    deadlines: VecDeque<Deadline>,
     /// Logical spans in arrival order, so ones whose attempts never come are let go.
     logical_arrivals: VecDeque<(Instant, TraceId, SpanId)>,
     sequence: u64,
@@ -97,8 +110,7 @@ impl Assembler {
             grouper: Grouper::with_finished_capacity(options.finished_cache_requests),
             plain: PlainHold::new(options.group_wait, options.finished_cache_requests),
             options,
-            deadlines: BTreeMap::new(),
-            deadline_of: FastMap::default(),
+            deadlines: VecDeque::new(),
             logical_arrivals: VecDeque::new(),
             sequence: 0,
         }
@@ -184,12 +196,16 @@ impl Assembler {
     /// let go.
     pub fn expire(&mut self, now: Instant, ready: &mut Ready) {
         self.plain.expire(now, ready);
-        while let Some((&(deadline, seq), _)) = self.deadlines.first_key_value() {
-            if deadline > now {
+        // Stale entries at the front go too, due or not, so the next deadline is a live one.
+        while let Some(front) = self.deadlines.front() {
+            let live = self.grouper.is_deadline_of(&front.key, front.seq);
+            if live && front.at > now {
                 break;
             }
-            if let Some(key) = self.deadlines.remove(&(deadline, seq)) {
-                self.take(&key, ready);
+            if let Some(due) = self.deadlines.pop_front() {
+                if live {
+                    self.take(&due.key, ready);
+                }
             }
         }
         while let Some(&(arrived, trace_id, span_id)) = self.logical_arrivals.front() {
@@ -207,7 +223,6 @@ impl Assembler {
     /// Every pending group and held plain span, e.g. at shutdown.
     pub fn drain_all(&mut self) -> Ready {
         self.deadlines.clear();
-        self.deadline_of.clear();
         self.logical_arrivals.clear();
         let mut ready = Ready {
             requests: self.grouper.drain_all(),
@@ -271,12 +286,10 @@ impl Assembler {
         self.grouper.pending_groups() + self.plain.pending_traces()
     }
 
-    /// The earliest time a pending group or plain run becomes ready by waiting.
+    /// The earliest time a pending group or plain run becomes ready by waiting. It may be
+    /// early (a group taken since leaves its entry until then), never late.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let groups = self
-            .deadlines
-            .first_key_value()
-            .map(|(&(deadline, _), _)| deadline);
+        let groups = self.deadlines.front().map(|d| d.at);
         match (groups, self.plain.next_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -285,18 +298,35 @@ impl Assembler {
 
     fn touch(&mut self, key: &GroupKey, now: Instant) {
         self.sequence += 1;
-        let slot = (now + self.options.group_wait, self.sequence);
-        // Every attempt of a request touches it: move its slot in place, one lookup and no
-        // new copy of the key.
-        if let Some(old) = self.deadline_of.get_mut(key) {
-            if let Some(key) = self.deadlines.remove(old) {
-                self.deadlines.insert(slot, key);
-            }
-            *old = slot;
+        if !self.grouper.set_deadline_seq(key, self.sequence) {
             return;
         }
-        self.deadlines.insert(slot, key.clone());
-        self.deadline_of.insert(key.clone(), slot);
+        // A caller whose clock went back would break the order: its deadline waits for the
+        // latest one instead.
+        let at = now + self.options.group_wait;
+        let at = self.deadlines.back().map_or(at, |last| last.at.max(at));
+        self.deadlines.push_back(Deadline {
+            at,
+            seq: self.sequence,
+            key: key.clone(),
+        });
+        // Stale entries leave from the front as time passes; `replay`'s time stands still, so
+        // past four times the live ones they are swept here: at most about one lookup per push.
+        if self.deadlines.len() > 4 * self.grouper.pending_groups() + STALE_DEADLINES_SWEPT {
+            let grouper = &self.grouper;
+            self.deadlines
+                .retain(|d| grouper.is_deadline_of(&d.key, d.seq));
+        }
+    }
+
+    /// The group whose wait ends first, no longer waiting.
+    fn pop_oldest(&mut self) -> Option<GroupKey> {
+        while let Some(entry) = self.deadlines.pop_front() {
+            if self.grouper.is_deadline_of(&entry.key, entry.seq) {
+                return Some(entry.key);
+            }
+        }
+        None
     }
 
     fn take_if_complete(&mut self, key: &GroupKey, ready: &mut Ready) {
@@ -306,9 +336,6 @@ impl Assembler {
     }
 
     fn take(&mut self, key: &GroupKey, ready: &mut Ready) {
-        if let Some(slot) = self.deadline_of.remove(key) {
-            self.deadlines.remove(&slot);
-        }
         if let Some(request) = self.grouper.take(key) {
             ready.requests.push(request);
         }
@@ -370,7 +397,7 @@ impl Assembler {
             {
                 continue;
             }
-            let Some((_, key)) = self.deadlines.pop_first() else {
+            let Some(key) = self.pop_oldest() else {
                 // Nothing pending to evaluate: what is left is held for inference, or logical
                 // spans whose attempts have not come (`replay` never lets time pass, so only
                 // the budget lets them go).
@@ -379,7 +406,6 @@ impl Assembler {
                 }
                 break;
             };
-            self.deadline_of.remove(&key);
             if let Some(request) = self.grouper.take(&key) {
                 ready.requests.push(request);
                 ready.evicted += 1;

@@ -164,6 +164,8 @@ struct Group {
     span_ids: SpanIds,
     first_parent: Option<SpanId>,
     bytes: usize,
+    /// The [`Assembler`]'s sequence number of the group's latest deadline; 0 before any.
+    deadline_seq: u64,
 }
 
 /// What is remembered of an evaluated request: compact context, not whole spans.
@@ -395,6 +397,23 @@ impl Grouper {
 
     pub fn has_group(&self, key: &GroupKey) -> bool {
         self.groups.contains_key(key)
+    }
+
+    /// Records the sequence number of the pending group's latest deadline; false when no such
+    /// group is pending.
+    fn set_deadline_seq(&mut self, key: &GroupKey, seq: u64) -> bool {
+        match self.groups.get_mut(key) {
+            Some(group) => {
+                group.deadline_seq = seq;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `seq` is the latest deadline of a pending group `key`.
+    fn is_deadline_of(&self, key: &GroupKey, seq: u64) -> bool {
+        self.groups.get(key).is_some_and(|g| g.deadline_seq == seq)
     }
 
     /// Drops a logical span whose attempts never came; it makes no row of its own.
