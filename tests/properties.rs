@@ -10,7 +10,7 @@ use chrono::NaiveDate;
 use proptest::prelude::*;
 use retry_spend_collector::assemble::{GroupKey, Grouper, Request};
 use retry_spend_collector::contract::{
-    Count, EnvelopeFields, SpanFacts, SpanKind, MAX_TOKEN_COUNT,
+    Count, EnvelopeFields, SdkFacts, SpanFacts, SpanKind, MAX_TOKEN_COUNT,
 };
 use retry_spend_collector::pricing::{PricingBook, Snapshot};
 use retry_spend_collector::record::{AttemptRow, Decision, SpendClass};
@@ -252,7 +252,12 @@ fn attempt(n: usize) -> BoxedStrategy<SpanFacts> {
                     output_cap: usage.3,
                     output_reached_client: reached,
                     error_type: is_error.filter(|e| *e).map(|_| "rate_limited".into()),
-                    sdk_estimated_incremental_usd: sdk,
+                    sdk: sdk.map(|usd| {
+                        Box::new(SdkFacts {
+                            estimated_incremental_usd: Some(usd),
+                            ..SdkFacts::default()
+                        })
+                    }),
                     ..span(SpanKind::Attempt)
                 }
             },

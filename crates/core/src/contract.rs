@@ -270,9 +270,9 @@ pub struct SpanFacts {
     pub failed: bool,
     /// The span status is ERROR (a call span's "failed").
     pub status_error: bool,
-    pub sdk_estimated_incremental_usd: Option<Decimal>,
-    pub sdk_remaining_envelope_usd: Option<Decimal>,
-    pub sdk_decision_reason: Option<String>,
+    /// What the retry-spend SDK stated; boxed, as most spans state none of it and every
+    /// pending span would carry its 64 bytes inline.
+    pub sdk: Option<Box<SdkFacts>>,
     /// Span and resource attributes an envelope policy matches on; empty unless read with
     /// [`SpanFacts::from_span_with`] and keys.
     pub captured: CapturedAttributes,
@@ -284,7 +284,7 @@ pub struct SpanFacts {
     /// The name of the instrumentation scope that emitted the span.
     pub scope: Option<Arc<str>>,
     /// `server.address`.
-    pub server_address: Option<String>,
+    pub server_address: Option<Symbol>,
     /// `http.request.resend_count`; `None` when absent or not a non-negative int32.
     pub resend_count: Option<i32>,
     /// Set by inference: where `input_tokens` came from.
@@ -296,6 +296,14 @@ impl Default for SpanFacts {
     fn default() -> Self {
         FactsReader::new(Arc::from(attr::UNKNOWN_SERVICE)).facts
     }
+}
+
+/// The `retry_spend.sdk.*` attributes: what the SDK estimated and decided before the retry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SdkFacts {
+    pub estimated_incremental_usd: Option<Decimal>,
+    pub remaining_envelope_usd: Option<Decimal>,
+    pub decision_reason: Option<String>,
 }
 
 /// The HTTP attributes of a client try, read with the rest of the span.
@@ -353,44 +361,52 @@ impl SharedAttributeKeys {
 }
 
 /// (key, value in string form) pairs of a span's and its resource's attributes whose key is one
-/// of the [`AttributeKeys`]. Empty (and unallocated) when no policy names an attribute.
+/// of the [`AttributeKeys`]. Empty (and unallocated) when no policy names an attribute; boxed, so
+/// the usual empty one costs a span one pointer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CapturedAttributes(Vec<(String, String)>);
+// The box is the point: a pointer inline, where a `Vec` is three words on every held span.
+#[allow(clippy::box_collection)]
+pub struct CapturedAttributes(Option<Box<Vec<(String, String)>>>);
 
 impl CapturedAttributes {
     /// Whether the span or its resource has `key` with this value in string form.
     pub fn has(&self, key: &str, value: &str) -> bool {
-        self.0.iter().any(|(k, v)| k == key && v == value)
+        self.iter().any(|(k, v)| k == key && v == value)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.as_ref().is_none_or(|pairs| pairs.is_empty())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.0
+            .iter()
+            .flat_map(|pairs| pairs.iter())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     /// Values read back from a saved summary of a finished request.
     pub fn from_pairs(pairs: Vec<(String, String)>) -> CapturedAttributes {
-        CapturedAttributes(pairs)
+        CapturedAttributes((!pairs.is_empty()).then(|| Box::new(pairs)))
     }
 
     /// Estimated heap bytes of the kept values.
     pub fn heap_bytes(&self) -> usize {
-        self.0.capacity() * std::mem::size_of::<(String, String)>()
-            + self
-                .0
-                .iter()
-                .map(|(k, v)| k.capacity() + v.capacity())
-                .sum::<usize>()
+        self.0.as_ref().map_or(0, |pairs| {
+            std::mem::size_of::<Vec<(String, String)>>()
+                + pairs.capacity() * std::mem::size_of::<(String, String)>()
+                + pairs
+                    .iter()
+                    .map(|(k, v)| k.capacity() + v.capacity())
+                    .sum::<usize>()
+        })
     }
 
     /// Keeps one attribute's value if a policy names its key.
     pub fn capture_one(&mut self, key: &str, value: Option<ValueRef<'_>>, keys: &AttributeKeys) {
         if keys.contains(key) {
             if let Some(text) = value.and_then(string_form_of) {
-                self.0.push((key.to_owned(), text));
+                self.push(key.to_owned(), text);
             }
         }
     }
@@ -405,9 +421,13 @@ impl CapturedAttributes {
                 .and_then(|v| v.value.as_ref())
                 .and_then(string_form)
             {
-                self.0.push((key.clone(), text));
+                self.push(key.clone(), text);
             }
         }
+    }
+
+    fn push(&mut self, key: String, value: String) {
+        self.0.get_or_insert_with(Box::default).push((key, value));
     }
 }
 
@@ -481,9 +501,35 @@ impl SpanFacts {
         }
         std::mem::size_of::<SpanFacts>()
             + shared(&self.request_id)
-            + text(&self.sdk_decision_reason)
+            + self.sdk.as_ref().map_or(0, |sdk| {
+                std::mem::size_of::<SdkFacts>() + text(&sdk.decision_reason)
+            })
             + envelope(&self.envelope)
             + self.envelope_json.as_ref().map_or(0, envelope)
+    }
+
+    pub fn sdk_estimated_incremental_usd(&self) -> Option<Decimal> {
+        self.sdk.as_ref().and_then(|s| s.estimated_incremental_usd)
+    }
+
+    pub fn sdk_remaining_envelope_usd(&self) -> Option<Decimal> {
+        self.sdk.as_ref().and_then(|s| s.remaining_envelope_usd)
+    }
+
+    pub fn sdk_decision_reason(&self) -> Option<&str> {
+        self.sdk.as_ref().and_then(|s| s.decision_reason.as_deref())
+    }
+
+    /// Sets one of the SDK's facts; they are made when a value is there (a later copy of an
+    /// attribute still replaces an earlier one).
+    fn set_sdk<T>(
+        &mut self,
+        value: Option<T>,
+        field: impl FnOnce(&mut SdkFacts) -> &mut Option<T>,
+    ) {
+        if value.is_some() || self.sdk.is_some() {
+            *field(self.sdk.get_or_insert_with(Box::default)) = value;
+        }
     }
 
     /// Whether any source on this span names an envelope.
@@ -760,9 +806,7 @@ impl FactsReader {
                 error_type: None,
                 failed: false,
                 status_error: false,
-                sdk_estimated_incremental_usd: None,
-                sdk_remaining_envelope_usd: None,
-                sdk_decision_reason: None,
+                sdk: None,
                 captured: CapturedAttributes::default(),
                 http: None,
                 declared: false,
@@ -859,7 +903,7 @@ impl FactsReader {
             }
             attr::HTTP_RESPONSE_STATUS_CODE => self.http.status_code = int(value).value(),
             attr::LEGACY_HTTP_STATUS_CODE => self.legacy_status_code = int(value).value(),
-            attr::SERVER_ADDRESS => facts.server_address = string(value),
+            attr::SERVER_ADDRESS => facts.server_address = symbol_value(value),
             attr::URL_FULL => self.url = string(value),
             attr::LEGACY_HTTP_URL => {
                 if self.url.is_none() {
@@ -901,10 +945,12 @@ impl FactsReader {
             attr::REQUEST_MAX_TOKENS => facts.output_cap = int(value),
             attr::ERROR_TYPE => facts.error_type = symbol_value(value),
             attr::SDK_ESTIMATED_INCREMENTAL_USD => {
-                facts.sdk_estimated_incremental_usd = money(value)
+                facts.set_sdk(money(value), |s| &mut s.estimated_incremental_usd)
             }
-            attr::SDK_REMAINING_ENVELOPE_USD => facts.sdk_remaining_envelope_usd = money(value),
-            attr::SDK_DECISION_REASON => facts.sdk_decision_reason = string(value),
+            attr::SDK_REMAINING_ENVELOPE_USD => {
+                facts.set_sdk(money(value), |s| &mut s.remaining_envelope_usd)
+            }
+            attr::SDK_DECISION_REASON => facts.set_sdk(string(value), |s| &mut s.decision_reason),
             attr::TASK_TYPE => env.task_type = symbol_value(value),
             attr::ENVELOPE_JSON => {
                 facts.envelope_json = Some(Arc::new(match value {
@@ -1010,7 +1056,8 @@ impl FactsReader {
             http.error_type = error_type_attribute;
             http.host = facts
                 .server_address
-                .clone()
+                .as_deref()
+                .map(str::to_owned)
                 .or_else(|| url.as_deref().and_then(url_host));
             facts.http = Some(Box::new(http));
         }

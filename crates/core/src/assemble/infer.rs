@@ -487,7 +487,7 @@ fn tries_beside(
                 let inside = outer.start_time_unix_nano <= try_.start_time_unix_nano
                     && try_.start_time_unix_nano <= outer.end_time_unix_nano;
                 let same_host = match &outer.server_address {
-                    Some(address) => try_.host.as_deref() == Some(address.as_str()),
+                    Some(address) => try_.host.as_deref() == Some(&**address),
                     None => true,
                 };
                 inside && same_host
@@ -831,16 +831,12 @@ fn call_attempts(call: &Call, models: &[SpanFacts], tries: &[HttpTry]) -> Vec<Sp
             let outcome = with_outcome(std::mem::take(attempt), output, served);
             *attempt = outcome;
             attempt.output_reached_client = outer.output_reached_client;
-            attempt.sdk_estimated_incremental_usd = outer.sdk_estimated_incremental_usd;
-            attempt.sdk_remaining_envelope_usd = outer.sdk_remaining_envelope_usd;
-            attempt.sdk_decision_reason = outer.sdk_decision_reason.clone();
+            attempt.sdk = outer.sdk.clone();
         } else {
             attempt.output_tokens = Count::Missing;
             attempt.response_model = None;
             attempt.output_reached_client = None;
-            attempt.sdk_estimated_incremental_usd = None;
-            attempt.sdk_remaining_envelope_usd = None;
-            attempt.sdk_decision_reason = None;
+            attempt.sdk = None;
         }
     }
     attempts

@@ -113,9 +113,7 @@ impl ContextSpan {
             output_cap: self.output_cap,
             output_reached_client: self.output_reached_client,
             error_type: None,
-            sdk_estimated_incremental_usd: None,
-            sdk_remaining_envelope_usd: None,
-            sdk_decision_reason: None,
+            sdk: None,
             captured: self.captured.clone(),
             ..SpanFacts::default()
         }

@@ -524,8 +524,8 @@ mod hostile {
     fn money_of(f: &SpanFacts, key: &str) -> Option<Decimal> {
         match key {
             attr::MAX_INCREMENTAL_USD => f.envelope.max_incremental_usd,
-            attr::SDK_ESTIMATED_INCREMENTAL_USD => f.sdk_estimated_incremental_usd,
-            _ => f.sdk_remaining_envelope_usd,
+            attr::SDK_ESTIMATED_INCREMENTAL_USD => f.sdk_estimated_incremental_usd(),
+            _ => f.sdk_remaining_envelope_usd(),
         }
     }
 
@@ -612,7 +612,7 @@ mod hostile {
             attr::SDK_ESTIMATED_INCREMENTAL_USD,
             Value::DoubleValue(f64::MIN_POSITIVE),
         )]);
-        assert_eq!(tiny.sdk_estimated_incremental_usd, Some(Decimal::ZERO));
+        assert_eq!(tiny.sdk_estimated_incremental_usd(), Some(Decimal::ZERO));
     }
 
     #[test]
@@ -714,7 +714,7 @@ mod hostile {
         assert_eq!(f.envelope.max_incremental_usd, None);
         assert_eq!(f.input_tokens, Count::Missing);
         assert!(f.envelope_json.as_ref().is_some_and(|j| j.json_invalid));
-        assert_eq!(f.sdk_estimated_incremental_usd, Some(Decimal::ONE));
+        assert_eq!(f.sdk_estimated_incremental_usd(), Some(Decimal::ONE));
     }
 
     #[test]

@@ -362,7 +362,7 @@ impl Judged {
             audited,
             cumulative: figures.cumulative,
             estimated: figures.estimated,
-            sdk_estimated: span.sdk_estimated_incremental_usd,
+            sdk_estimated: span.sdk_estimated_incremental_usd(),
         });
         let decision = decision(attempt.index, &violations, audited);
         let original_model = shared.first.map(|f| f.span.request_model.as_deref());
@@ -535,8 +535,8 @@ fn build_row(
         remaining_envelope_usd: figures.remaining,
         max_incremental_usd: env.max_incremental_usd,
         group_ratio: shared.group_ratio,
-        sdk_estimated_incremental_usd: span.sdk_estimated_incremental_usd,
-        sdk_remaining_envelope_usd: span.sdk_remaining_envelope_usd,
+        sdk_estimated_incremental_usd: span.sdk_estimated_incremental_usd(),
+        sdk_remaining_envelope_usd: span.sdk_remaining_envelope_usd(),
         max_attempts_after_first: env.max_attempts_after_first,
         pricing_version: env.pricing_version.clone(),
         pricing_source: env.pricing_source.clone(),
@@ -548,7 +548,7 @@ fn build_row(
         audited: judged.unaudited_reason.is_none(),
         unaudited_reason: judged.unaudited_reason,
         error_type: span.error_type.clone(),
-        sdk_decision_reason: span.sdk_decision_reason.clone(),
+        sdk_decision_reason: span.sdk_decision_reason().map(str::to_owned),
         violations: judged.violations,
         output_reached_client: span.output_reached_client,
         attempt_source: shared.attempt_source,

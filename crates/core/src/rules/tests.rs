@@ -6,7 +6,7 @@ use rust_decimal::Decimal;
 
 use super::*;
 use crate::assemble::GroupKey;
-use crate::contract::{parse_envelope_json, Count, EnvelopeFields, SpanKind};
+use crate::contract::{parse_envelope_json, Count, EnvelopeFields, SdkFacts, SpanKind};
 use crate::policy::PolicySet;
 use crate::pricing::Snapshot;
 use crate::record::UnauditedReason as R;
@@ -72,9 +72,7 @@ fn attempt(index: i32, model: &str) -> SpanFacts {
         output_cap: Count::Value(800),
         output_reached_client: None,
         error_type: None,
-        sdk_estimated_incremental_usd: None,
-        sdk_remaining_envelope_usd: None,
-        sdk_decision_reason: None,
+        sdk: None,
         captured: Default::default(),
         http: None,
         ..Default::default()
@@ -355,10 +353,17 @@ fn without_an_envelope_only_served_model_drift_applies() {
     assert_eq!(rows[1].decision, Decision::RoutingDrift);
 }
 
+fn sdk_estimate(usd: &str) -> SdkFacts {
+    SdkFacts {
+        estimated_incremental_usd: Some(d(usd)),
+        ..SdkFacts::default()
+    }
+}
+
 #[test]
 fn sdk_estimate_far_from_ours_is_flagged_not_decided() {
     let retry = with(attempt(1, "deepseek-v4-flash"), |a| {
-        a.sdk_estimated_incremental_usd = Some(d("0.0028080"))
+        a.sdk = Some(Box::new(sdk_estimate("0.0028080")))
     });
     let rows = eval(vec![attempt(0, "deepseek-v4-flash"), retry]);
     assert_eq!(rows[1].violations, vec![Violation::SdkEstimateMismatch]);
@@ -368,7 +373,7 @@ fn sdk_estimate_far_from_ours_is_flagged_not_decided() {
 #[test]
 fn sdk_estimate_within_a_micro_dollar_is_not_flagged() {
     let retry = with(attempt(1, "deepseek-v4-flash"), |a| {
-        a.sdk_estimated_incremental_usd = Some(d("0.0028078"))
+        a.sdk = Some(Box::new(sdk_estimate("0.0028078")))
     });
     assert_eq!(
         eval(vec![attempt(0, "deepseek-v4-flash"), retry])[1].violations,

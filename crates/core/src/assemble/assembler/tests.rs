@@ -46,9 +46,7 @@ fn span(trace: u8, span_id: u8, kind: SpanKind, request: &str) -> SpanFacts {
         output_cap: Count::Value(1),
         output_reached_client: None,
         error_type: None,
-        sdk_estimated_incremental_usd: None,
-        sdk_remaining_envelope_usd: None,
-        sdk_decision_reason: None,
+        sdk: None,
         captured: Default::default(),
         http: None,
         ..Default::default()

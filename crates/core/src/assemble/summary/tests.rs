@@ -243,7 +243,10 @@ fn a_finished_request_costs_a_fraction_of_its_spans() {
         std::mem::size_of::<ContextSpan>(),
         std::mem::size_of::<SpanFacts>()
     );
-    assert!(cache * 3 < before * 2, "cache {cache} vs {before}");
+    // Both carry the same per-request overhead (512 bytes of map slots and keys); since whole
+    // spans shrank to 344 bytes (the SDK's facts and captured attributes boxed), the context
+    // saves a quarter of the whole, not a third.
+    assert!(cache * 4 < before * 3, "cache {cache} vs {before}");
     assert!(file <= 160, "file {file}");
     let restored = decode(&grouper.encode_finished().to_vec()).unwrap();
     assert_eq!(restored.len(), REQUESTS);
