@@ -132,8 +132,10 @@ pub const MAX_ATTEMPTS_PER_REQUEST: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct Grouper {
     groups: FastMap<GroupKey, Group>,
-    /// Boxed so that the table's slots stay small: it holds one entry per waiting request.
-    logical_by_span: FastMap<(TraceId, SpanId), Box<SpanFacts>>,
+    /// Held as the finished cache holds them, as context: the rules read a logical span's
+    /// envelope, policy attributes and request id, not the rest of its 344 bytes. Boxed so
+    /// that the table's slots stay small: it holds one entry per waiting request.
+    logical_by_span: FastMap<(TraceId, SpanId), Box<ContextSpan>>,
     logical_by_request: FastMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
     finished: FastMap<GroupKey, Finished>,
     finished_order: VecDeque<GroupKey>,
@@ -360,8 +362,9 @@ impl Grouper {
             self.logical_by_request
                 .insert((span.trace_id, request_id.clone()), id);
         }
-        self.pending_bytes += span.retained_bytes();
-        self.logical_by_span.insert(id, Box::new(span));
+        let context = ContextSpan::of_logical(span);
+        self.pending_bytes += context.retained_bytes();
+        self.logical_by_span.insert(id, Box::new(context));
         Offer::Logical
     }
 
@@ -373,16 +376,24 @@ impl Grouper {
 
     /// The group keys a logical span can belong to: by its request id, or as the attempts' parent.
     pub fn keys_for_logical(span: &SpanFacts) -> Vec<GroupKey> {
+        Grouper::logical_keys(span.trace_id, span.span_id, span.request_id.as_ref())
+    }
+
+    fn logical_keys(
+        trace_id: TraceId,
+        span_id: SpanId,
+        request_id: Option<&std::sync::Arc<str>>,
+    ) -> Vec<GroupKey> {
         let mut keys = Vec::with_capacity(2);
-        if let Some(request_id) = &span.request_id {
+        if let Some(request_id) = request_id {
             keys.push(GroupKey::RequestId {
-                trace_id: span.trace_id,
+                trace_id,
                 request_id: request_id.clone(),
             });
         }
         keys.push(GroupKey::Parent {
-            trace_id: span.trace_id,
-            parent_span_id: Some(span.span_id),
+            trace_id,
+            parent_span_id: Some(span_id),
         });
         keys
     }
@@ -390,7 +401,7 @@ impl Grouper {
     /// [`Grouper::keys_for_logical`] for a logical span still held, by its ids.
     pub fn keys_for_logical_ids(&self, trace_id: TraceId, span_id: SpanId) -> Vec<GroupKey> {
         match self.logical_by_span.get(&(trace_id, span_id)) {
-            Some(span) => Grouper::keys_for_logical(span),
+            Some(span) => Grouper::logical_keys(trace_id, span_id, span.request_id.as_ref()),
             None => Vec::new(),
         }
     }
@@ -492,10 +503,10 @@ impl Grouper {
         let mut logical = self
             .logical_key(key, first_parent)
             .and_then(|k| self.logical_by_span.remove(&k))
-            .map(|l| *l);
-        if let Some(l) = &logical {
-            self.pending_bytes = self.pending_bytes.saturating_sub(l.retained_bytes());
-        }
+            .map(|l| {
+                self.pending_bytes = self.pending_bytes.saturating_sub(l.retained_bytes());
+                l.to_facts(*key.trace_id(), SpanKind::LogicalRequest)
+            });
         if let Some(id) = logical.as_ref().and_then(|l| l.request_id.as_ref()) {
             self.logical_by_request
                 .remove(&(*key.trace_id(), id.clone()));
