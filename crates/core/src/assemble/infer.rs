@@ -50,6 +50,11 @@ impl TraceSpans {
     /// Takes one span of the trace; a span id seen before is the caller's to filter.
     pub fn push(&mut self, span: SpanFacts) {
         self.links.push(Link::of(&span));
+        self.push_unlinked(span);
+    }
+
+    /// [`TraceSpans::push`] for a caller that keeps the span's link itself.
+    pub fn push_unlinked(&mut self, span: SpanFacts) {
         match span.kind {
             SpanKind::SingleAttempt => self.models.push(span),
             SpanKind::CallSpan => self.calls.push(span),

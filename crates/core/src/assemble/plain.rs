@@ -20,11 +20,27 @@ const TRACE_OVERHEAD_BYTES: usize = 256;
 /// One trace's spans waiting for inference.
 #[derive(Debug)]
 struct Held {
+    /// Every span's parent link, in arrival order.
+    links: Vec<Link>,
+    /// Boxed: most traces are of declared spans, whose links are all they need held.
+    plain: Option<Box<HeldPlain>>,
+    last_seen: Instant,
+    bytes: usize,
+}
+
+/// A trace's model spans, call spans and tries.
+#[derive(Debug, Default)]
+struct HeldPlain {
+    /// Their links are in [`Held`]'s.
     spans: TraceSpans,
     /// Ids of the model spans, call spans and tries held, so a re-sent copy is known.
     ids: FastSet<SpanId>,
-    last_seen: Instant,
-    bytes: usize,
+}
+
+impl Held {
+    fn inferable(&self) -> bool {
+        self.plain.as_ref().is_some_and(|p| p.spans.inferable())
+    }
 }
 
 /// What is remembered of a trace after inference.
@@ -48,9 +64,10 @@ pub(super) enum PlainOffer {
 #[derive(Debug)]
 pub(super) struct PlainHold {
     group_wait: Duration,
-    /// Boxed: every trace gets an entry (declared spans note their links), and a map of ~200-byte
-    /// values carries that much for each of its empty slots too (26 MB of a 125 MB heap, heaptrack).
-    traces: FastMap<TraceId, Box<Held>>,
+    /// Every trace gets an entry (declared spans note their links): what a trace of declared
+    /// spans alone needs is inline, the rest boxed, so the slots stay small (a map of ~200-byte
+    /// values carries that much for each of its empty slots too: 26 MB of a 125 MB heap).
+    traces: FastMap<TraceId, Held>,
     /// Held traces by the time they last received a span; one entry each, requeued when it
     /// comes due and the trace received spans since.
     queue: VecDeque<(Instant, TraceId)>,
@@ -89,7 +106,8 @@ impl PlainHold {
             return PlainOffer::Duplicate;
         }
         let held = self.held(trace_id, now);
-        if !held.ids.insert(span.span_id) {
+        let plain = held.plain.get_or_insert_with(Box::default);
+        if !plain.ids.insert(span.span_id) {
             return PlainOffer::Duplicate;
         }
         let bytes = match span.kind {
@@ -98,8 +116,9 @@ impl PlainHold {
         } + LINK_BYTES
             + 16;
         held.bytes += bytes;
-        let first_model = span.kind == SpanKind::SingleAttempt && !held.spans.inferable();
-        held.spans.push(span);
+        let first_model = span.kind == SpanKind::SingleAttempt && !plain.spans.inferable();
+        held.links.push(Link::of(&span));
+        plain.spans.push_unlinked(span);
         self.bytes += bytes;
         if first_model {
             self.with_models += 1;
@@ -111,7 +130,7 @@ impl PlainHold {
     /// other kind): nests and the scope of declared spans follow links through any span.
     pub(super) fn note_link(&mut self, span: &SpanFacts, now: Instant) {
         let held = self.held(span.trace_id, now);
-        held.spans.links.push(Link::of(span));
+        held.links.push(Link::of(span));
         held.bytes += LINK_BYTES;
         self.bytes += LINK_BYTES;
     }
@@ -122,12 +141,12 @@ impl PlainHold {
         let held = self.traces.entry(trace_id).or_insert_with(|| {
             queue.push_back((now, trace_id));
             *bytes += TRACE_OVERHEAD_BYTES;
-            Box::new(Held {
-                spans: TraceSpans::default(),
-                ids: FastSet::default(),
+            Held {
+                links: Vec::new(),
+                plain: None,
                 last_seen: now,
                 bytes: TRACE_OVERHEAD_BYTES,
-            })
+            }
         });
         held.last_seen = held.last_seen.max(now);
         held
@@ -166,7 +185,7 @@ impl PlainHold {
     pub(super) fn evict_oldest(&mut self, ready: &mut Ready) -> bool {
         while let Some((_, trace_id)) = self.queue.pop_front() {
             if let Some(held) = self.traces.get(&trace_id) {
-                if held.spans.inferable() {
+                if held.inferable() {
                     ready.evicted += 1;
                 }
                 self.infer(trace_id, ready);
@@ -214,7 +233,9 @@ impl PlainHold {
             return;
         };
         self.bytes = self.bytes.saturating_sub(held.bytes);
-        let Held { spans, ids, .. } = *held;
+        let Held { links, plain, .. } = held;
+        let HeldPlain { mut spans, ids } = plain.map(|p| *p).unwrap_or_default();
+        spans.links = links;
         ready
             .consumed
             .extend(ids.iter().map(|&span_id| (trace_id, span_id)));
