@@ -307,6 +307,7 @@ fn request() -> BoxedStrategy<(Request, Vec<SpanFacts>)> {
                 evaluated: Vec::new(),
                 attempt_source: retry_spend_collector::record::AttemptSource::Declared,
                 sources: Vec::new(),
+                origins: None,
             };
             (request, shuffled)
         })

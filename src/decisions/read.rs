@@ -149,6 +149,7 @@ pub fn read(question: DecideRequest, now: DateTime<Utc>) -> Result<Question, Mal
             evaluated,
             attempt_source: AttemptSource::Declared,
             sources: Vec::new(),
+            origins: None,
         },
         envelope_in_request,
     })

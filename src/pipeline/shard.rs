@@ -15,8 +15,8 @@ use tokio::sync::mpsc;
 use super::{
     regroup, Engine, ExportPart, MemoryLimit, PipelineMessage, RawSpan, SummaryStore, Watermark,
 };
-use crate::assemble::{Assembler, FastMap, GroupKey, Offer, Summary};
-use crate::contract::{SpanId, SpanKind, TraceId};
+use crate::assemble::{Assembler, FastMap, Offer, Summary};
+use crate::contract::{SpanId, TraceId};
 use crate::processor::{Arrival, Processor};
 use crate::record::{AttemptRow, AttemptSource};
 use crate::sinks::forward::{enrich, ForwardHandle};
@@ -55,9 +55,6 @@ impl ShardSummary {
     }
 }
 
-/// The log records a group's spans came from.
-type Lsns = LsnRange;
-
 pub struct Shard {
     processor: Processor,
     sink: Option<ParquetSink>,
@@ -71,10 +68,6 @@ pub struct Shard {
     shard: usize,
     watermark: Option<Arc<Watermark>>,
     pending_reported: u64,
-    group_lsns: FastMap<GroupKey, Lsns>,
-    logical_lsns: FastMap<(TraceId, SpanId), u64>,
-    /// Plain GenAI spans and HTTP tries held for inference, and their log records.
-    plain_lsns: FastMap<(TraceId, SpanId), u64>,
     /// The LSN the next export will have: everything below it has reached the worker.
     next_lsn: u64,
     /// Rows of files a sink error abandoned: kept in the log until a restart recovers them.
@@ -135,9 +128,6 @@ impl Shard {
             shard: 0,
             watermark: None,
             pending_reported: 0,
-            group_lsns: FastMap::default(),
-            logical_lsns: FastMap::default(),
-            plain_lsns: FastMap::default(),
             next_lsn: 1,
             pinned_lsn: None,
             last_checkpoint: Instant::now(),
@@ -285,7 +275,6 @@ impl Shard {
         let raw = part.raw.filter(|_| self.forward.is_some());
         for (i, facts) in part.spans.into_iter().enumerate() {
             let id = (facts.trace_id, facts.span_id);
-            let is_logical = facts.kind == SpanKind::LogicalRequest;
             let arrival = if written.contains(&id) {
                 Arrival::Written
             } else if replayed {
@@ -293,17 +282,11 @@ impl Shard {
             } else {
                 Arrival::Live
             };
-            let offer = self.processor.offer(facts, now, arrival);
+            // The processor keeps each held span's log record with it (`Origins`).
+            let offer = self.processor.offer_from(facts, now, arrival, lsn);
             let raw_span = || raw.as_ref().and_then(|r| r.span(i));
             match offer {
-                Offer::Attempt(key) => {
-                    if let Some(lsn) = lsn {
-                        let range = LsnRange::single(lsn);
-                        self.group_lsns
-                            .entry(key)
-                            .and_modify(|r| *r = r.widen(range))
-                            .or_insert(range);
-                    }
+                Offer::Attempt(_) => {
                     // An attempt already written before a restart makes no row again, so
                     // holding it for its enriched copy would hold it forever.
                     if !written.contains(&id) {
@@ -313,22 +296,12 @@ impl Shard {
                     }
                 }
                 Offer::Plain => {
-                    if let Some(lsn) = lsn {
-                        self.plain_lsns.entry(id).or_insert(lsn);
-                    }
                     if let Some(span) = raw_span() {
                         self.held.insert(id, span);
                     }
                 }
                 Offer::Duplicate => duplicates += 1,
                 Offer::Logical | Offer::Passthrough | Offer::HeldTry => {
-                    if let (Offer::HeldTry, Some(lsn)) = (&offer, lsn) {
-                        // Kept in the log until its GenAI parent is evaluated or it is let go.
-                        self.plain_lsns.entry(id).or_insert(lsn);
-                    }
-                    if let (true, Some(lsn)) = (is_logical, lsn) {
-                        self.logical_lsns.entry(id).or_insert(lsn);
-                    }
                     if let Some(span) = raw_span().and_then(|s| s.decode()) {
                         passthrough.push(span);
                     }
@@ -396,13 +369,9 @@ impl Shard {
         let Some(watermark) = self.watermark.clone() else {
             return;
         };
-        let assembler = self.processor.assembler();
-        self.logical_lsns
-            .retain(|(trace, span), _| assembler.holds_logical(*trace, *span));
         let oldest_needed = [
-            self.group_lsns.values().map(|r| r.min).min(),
-            self.logical_lsns.values().copied().min(),
-            self.plain_lsns.values().copied().min(),
+            // Pending groups, waiting logical spans, spans held for inference.
+            self.processor.assembler().oldest_origin(),
             self.sink.as_ref().and_then(ParquetSink::oldest_open_lsn),
             self.batch_lsns.map(|r| r.min),
             self.pinned_lsn,
@@ -494,27 +463,19 @@ impl Shard {
             // Rows go straight into the write batch (taken out while `self` is borrowed below).
             let mut batch = std::mem::take(&mut self.batch);
             let start = batch.len();
-            let (group_lsns, logical_lsns) = (&mut self.group_lsns, &mut self.logical_lsns);
             let recovered = &self.recovered;
             let mut lsns: Option<LsnRange> = None;
             let done =
                 self.processor
                     .evaluate(&mut batch, WRITE_BATCH_ROWS, |request, rows, before| {
-                        lsns = LsnRange::widen_optional(lsns, group_lsns.remove(&request.key));
-                        if let Some(logical) = &request.logical {
-                            logical_lsns.remove(&(logical.trace_id, logical.span_id));
-                        }
+                        lsns = LsnRange::widen_optional(lsns, request.origins.map(LsnRange::of));
                         if !recovered.is_empty()
                             && request.attempt_source != AttemptSource::Declared
                         {
                             drop_recovered(recovered, rows, before);
                         }
                     });
-            for id in &done.consumed {
-                if let Some(lsn) = self.plain_lsns.remove(id) {
-                    lsns = LsnRange::widen_optional(lsns, Some(LsnRange::single(lsn)));
-                }
-            }
+            lsns = LsnRange::widen_optional(lsns, done.consumed_origins.map(LsnRange::of));
             if done.evicted > 0 {
                 self.metrics.requests_evicted(done.evicted);
             }

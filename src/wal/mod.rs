@@ -165,6 +165,14 @@ impl LsnRange {
         LsnRange { min: lsn, max: lsn }
     }
 
+    /// The records the processor reports held spans came from.
+    pub fn of(origins: crate::assemble::Origins) -> LsnRange {
+        LsnRange {
+            min: origins.min,
+            max: origins.max,
+        }
+    }
+
     /// The range covering both, when either is known.
     pub fn widen_optional(range: Option<LsnRange>, other: Option<LsnRange>) -> Option<LsnRange> {
         match (range, other) {

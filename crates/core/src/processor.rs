@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use crate::assemble::{Assembler, AssemblyBounds, Offer, Ready, Request};
+use crate::assemble::{Assembler, AssemblyBounds, Offer, Origins, Ready, Request};
 use crate::contract::{SpanFacts, SpanId, TraceId};
 use crate::engine::Engine;
 use crate::record::AttemptRow;
@@ -72,6 +72,8 @@ pub struct Evaluated {
     pub late_attempts: u64,
     /// Model spans, call spans and HTTP tries no longer held (inferred from, or let go).
     pub consumed: Vec<(TraceId, SpanId)>,
+    /// Where the spans of `consumed` came from (see [`Origins`]).
+    pub consumed_origins: Option<Origins>,
     /// Requests are still ready: the call stopped at its row limit. Call again.
     pub more: bool,
 }
@@ -98,11 +100,24 @@ impl Processor {
 
     /// Takes one span; the requests it makes ready wait for [`Processor::evaluate`].
     pub fn offer(&mut self, span: SpanFacts, now: Instant, arrival: Arrival) -> Offer {
+        self.offer_from(span, now, arrival, None)
+    }
+
+    /// [`Processor::offer`] of a span from the driver's record `origin`: held with what is
+    /// held, so [`Assembler::oldest_origin`], [`Request::origins`] and
+    /// [`Evaluated::consumed_origins`] tell the driver which records it still needs.
+    pub fn offer_from(
+        &mut self,
+        span: SpanFacts,
+        now: Instant,
+        arrival: Arrival,
+        origin: Option<u64>,
+    ) -> Offer {
         let ready = &mut self.ready;
         let offer = match arrival {
-            Arrival::Live => self.assembler.offer(span, now, ready),
-            Arrival::Replayed => self.assembler.offer_replayed(span, now, ready),
-            Arrival::Written => self.assembler.offer_written(span, now, ready),
+            Arrival::Live => self.assembler.offer_from(span, now, ready, origin),
+            Arrival::Replayed => self.assembler.offer_replayed(span, now, ready, origin),
+            Arrival::Written => self.assembler.offer_written(span, now, ready, origin),
         };
         let counts = &mut self.counts;
         counts.spans += 1;
@@ -127,6 +142,7 @@ impl Processor {
         ready.requests.extend(drained.requests);
         ready.evicted += drained.evicted;
         ready.consumed.extend(drained.consumed);
+        ready.consumed_origins = Origins::widen(ready.consumed_origins, drained.consumed_origins);
         ready.duplicates += drained.duplicates;
     }
 
@@ -147,6 +163,7 @@ impl Processor {
             evicted: std::mem::take(&mut ready.evicted),
             inferred_duplicates: std::mem::take(&mut ready.duplicates),
             consumed: std::mem::take(&mut ready.consumed),
+            consumed_origins: ready.consumed_origins.take(),
             ..Evaluated::default()
         };
         let mut requests = std::mem::take(&mut ready.requests).into_iter().peekable();

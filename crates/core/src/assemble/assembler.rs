@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::plain::{PlainHold, PlainOffer};
-use super::{GroupKey, Grouper, Offer, Request, Summary};
+use super::{GroupKey, Grouper, Offer, Origins, Request, Summary};
 use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
 
 /// The bounds of every assembler of a process together (`[processors.retry_spend]`); each of
@@ -84,6 +84,8 @@ pub struct Ready {
     /// Model spans that made no row: another instrumentation's span of the same call, or a late
     /// span of a call already written (SPEC §2).
     pub duplicates: u64,
+    /// Where the spans in `consumed` came from (see [`Origins`]).
+    pub consumed_origins: Option<Origins>,
 }
 
 #[derive(Debug)]
@@ -118,13 +120,30 @@ impl Assembler {
 
     /// Takes one span; returns what became of it and any requests it made ready.
     pub fn offer(&mut self, span: SpanFacts, now: Instant, ready: &mut Ready) -> Offer {
-        self.offer_as(span, now, ready, false)
+        self.offer_as(span, now, ready, false, None)
     }
 
-    /// [`Assembler::offer`] for an attempt replayed from the write-ahead log whose row a
+    /// [`Assembler::offer`] of a span from the driver's record `origin` (see [`Origins`]).
+    pub fn offer_from(
+        &mut self,
+        span: SpanFacts,
+        now: Instant,
+        ready: &mut Ready,
+        origin: Option<u64>,
+    ) -> Offer {
+        self.offer_as(span, now, ready, false, origin)
+    }
+
+    /// [`Assembler::offer_from`] for an attempt replayed from the write-ahead log whose row a
     /// completed file already holds: it completes its request as context, never as a row.
-    pub fn offer_written(&mut self, span: SpanFacts, now: Instant, ready: &mut Ready) -> Offer {
-        self.offer_as(span, now, ready, true)
+    pub fn offer_written(
+        &mut self,
+        span: SpanFacts,
+        now: Instant,
+        ready: &mut Ready,
+        origin: Option<u64>,
+    ) -> Offer {
+        self.offer_as(span, now, ready, true, origin)
     }
 
     fn offer_as(
@@ -133,6 +152,7 @@ impl Assembler {
         now: Instant,
         ready: &mut Ready,
         written: bool,
+        origin: Option<u64>,
     ) -> Offer {
         // A row written before a restart is recognised by the worker, which drops it when
         // inference makes it again; inference itself needs every span of the trace.
@@ -144,7 +164,7 @@ impl Assembler {
                     return Offer::Passthrough;
                 }
                 let model = span.kind == SpanKind::SingleAttempt;
-                let offer = self.plain.offer(span, now);
+                let offer = self.plain.offer(span, now, origin);
                 self.enforce_cap(ready);
                 return match offer {
                     PlainOffer::Duplicate => Offer::Duplicate,
@@ -162,9 +182,9 @@ impl Assembler {
             )
         });
         let offer = if written {
-            self.grouper.offer_written(span)
+            self.grouper.offer_written(span, origin)
         } else {
-            self.grouper.offer(span)
+            self.grouper.offer_from(span, origin)
         };
         match &offer {
             Offer::Attempt(key) => {
@@ -248,9 +268,24 @@ impl Assembler {
 
     /// [`Assembler::offer`] for a span replayed from the write-ahead log whose row no
     /// completed file holds: an attempt restored as finished context needs its row again.
-    pub fn offer_replayed(&mut self, span: SpanFacts, now: Instant, ready: &mut Ready) -> Offer {
+    pub fn offer_replayed(
+        &mut self,
+        span: SpanFacts,
+        now: Instant,
+        ready: &mut Ready,
+        origin: Option<u64>,
+    ) -> Offer {
         self.grouper.unfinish_restored(&span);
-        self.offer(span, now, ready)
+        self.offer_from(span, now, ready, origin)
+    }
+
+    /// The oldest record (see [`Origins`]) anything still held came from: pending groups,
+    /// waiting logical spans and spans held for inference.
+    pub fn oldest_origin(&self) -> Option<u64> {
+        match (self.grouper.oldest_origin(), self.plain.oldest_origin()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Takes back finished requests saved before a restart, oldest first, before the log is

@@ -754,6 +754,7 @@ fn request(
         evaluated: Vec::new(),
         attempt_source,
         sources,
+        origins: None,
     }
 }
 

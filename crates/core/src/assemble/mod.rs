@@ -11,6 +11,7 @@ mod plain;
 pub mod summary;
 
 pub use assembler::{Assembler, AssemblyBounds, Ready};
+
 pub use infer::{infer_trace, TraceSpans};
 pub use summary::{ContextSpan, Summary};
 
@@ -30,6 +31,34 @@ pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 /// BENCHMARKS.md.
 const GROUP_OVERHEAD_BYTES: usize = 512;
 const SPAN_ID_BYTES: usize = 16;
+
+/// The driver's numbers for the records spans came from (`serve`: its write-ahead log's), kept
+/// with what is held so the driver learns which records it still needs without maps of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origins {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Origins {
+    pub fn of(origin: u64) -> Origins {
+        Origins {
+            min: origin,
+            max: origin,
+        }
+    }
+
+    /// The range covering both, when either is known.
+    pub fn widen(range: Option<Origins>, other: Option<Origins>) -> Option<Origins> {
+        match (range, other) {
+            (Some(a), Some(b)) => Some(Origins {
+                min: a.min.min(b.min),
+                max: a.max.max(b.max),
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+}
 
 /// What ties the attempts of one logical request together.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -117,6 +146,9 @@ pub struct Request {
     /// Inferred requests: the model spans and call spans of their calls, which state the
     /// envelope, task type and policy attributes (SPEC §2); never rows.
     pub sources: Vec<SpanFacts>,
+    /// Where its attempts came from (see [`Origins`]); inferred requests' spans are reported
+    /// in [`Ready::consumed_origins`] instead.
+    pub origins: Option<Origins>,
 }
 
 /// A request with more attempts than this is evaluated in parts as they arrive (live), and no
@@ -132,10 +164,8 @@ pub const MAX_ATTEMPTS_PER_REQUEST: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct Grouper {
     groups: FastMap<GroupKey, Group>,
-    /// Held as the finished cache holds them, as context: the rules read a logical span's
-    /// envelope, policy attributes and request id, not the rest of its 344 bytes. Boxed so
-    /// that the table's slots stay small: it holds one entry per waiting request.
-    logical_by_span: FastMap<(TraceId, SpanId), Box<ContextSpan>>,
+    /// Boxed so that the table's slots stay small: it holds one entry per waiting request.
+    logical_by_span: FastMap<(TraceId, SpanId), Box<WaitingLogical>>,
     logical_by_request: FastMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
     finished: FastMap<GroupKey, Finished>,
     finished_order: VecDeque<GroupKey>,
@@ -168,6 +198,15 @@ struct Group {
     bytes: usize,
     /// The [`Assembler`]'s sequence number of the group's latest deadline; 0 before any.
     deadline_seq: u64,
+    origins: Option<Origins>,
+}
+
+/// A logical span waiting for its attempts, held as the finished cache holds one, as context:
+/// the rules read its envelope, policy attributes and request id, not the rest of its 344 bytes.
+#[derive(Debug)]
+struct WaitingLogical {
+    span: ContextSpan,
+    origin: Option<u64>,
 }
 
 /// What is remembered of an evaluated request: compact context, not whole spans.
@@ -278,9 +317,14 @@ impl Grouper {
     }
 
     pub fn offer(&mut self, span: SpanFacts) -> Offer {
+        self.offer_from(span, None)
+    }
+
+    /// [`Grouper::offer`] of a span from the driver's record `origin` (see [`Origins`]).
+    pub fn offer_from(&mut self, span: SpanFacts, origin: Option<u64>) -> Offer {
         match span.kind {
             SpanKind::Passthrough | SpanKind::HttpTry | SpanKind::CallSpan => Offer::Passthrough,
-            SpanKind::LogicalRequest => self.offer_logical(span),
+            SpanKind::LogicalRequest => self.offer_logical(span, origin),
             SpanKind::Attempt | SpanKind::SingleAttempt | SpanKind::DeclaredSingle => {
                 let Some(key) = GroupKey::of(&span) else {
                     return Offer::Passthrough;
@@ -320,6 +364,7 @@ impl Grouper {
                         0
                     };
                 group.span_ids.insert(id);
+                group.origins = Origins::widen(group.origins, origin.map(Origins::of));
                 group.first_parent = group.first_parent.or(span.parent_span_id);
                 group.attempts.push(span);
                 Offer::Attempt(key)
@@ -328,16 +373,16 @@ impl Grouper {
     }
 
     /// Offers an attempt whose row is already in a completed file (crash recovery).
-    pub fn offer_written(&mut self, span: SpanFacts) -> Offer {
+    pub fn offer_written(&mut self, span: SpanFacts, origin: Option<u64>) -> Offer {
         let id = (span.trace_id, span.span_id);
-        let offer = self.offer(span);
+        let offer = self.offer_from(span, origin);
         if matches!(offer, Offer::Attempt(_)) {
             self.written.insert(id);
         }
         offer
     }
 
-    fn offer_logical(&mut self, span: SpanFacts) -> Offer {
+    fn offer_logical(&mut self, span: SpanFacts, origin: Option<u64>) -> Offer {
         let id = (span.trace_id, span.span_id);
         if self.logical_by_span.contains_key(&id) || self.finished_logical.contains_key(&id) {
             return Offer::Duplicate;
@@ -362,9 +407,10 @@ impl Grouper {
             self.logical_by_request
                 .insert((span.trace_id, request_id.clone()), id);
         }
-        let context = ContextSpan::of_logical(span);
-        self.pending_bytes += context.retained_bytes();
-        self.logical_by_span.insert(id, Box::new(context));
+        let span = ContextSpan::of_logical(span);
+        self.pending_bytes += span.retained_bytes();
+        self.logical_by_span
+            .insert(id, Box::new(WaitingLogical { span, origin }));
         Offer::Logical
     }
 
@@ -401,7 +447,9 @@ impl Grouper {
     /// [`Grouper::keys_for_logical`] for a logical span still held, by its ids.
     pub fn keys_for_logical_ids(&self, trace_id: TraceId, span_id: SpanId) -> Vec<GroupKey> {
         match self.logical_by_span.get(&(trace_id, span_id)) {
-            Some(span) => Grouper::logical_keys(trace_id, span_id, span.request_id.as_ref()),
+            Some(waiting) => {
+                Grouper::logical_keys(trace_id, span_id, waiting.span.request_id.as_ref())
+            }
             None => Vec::new(),
         }
     }
@@ -429,11 +477,13 @@ impl Grouper {
 
     /// Drops a logical span whose attempts never came; it makes no row of its own.
     pub fn forget_logical(&mut self, trace_id: TraceId, span_id: SpanId) -> bool {
-        let Some(span) = self.logical_by_span.remove(&(trace_id, span_id)) else {
+        let Some(waiting) = self.logical_by_span.remove(&(trace_id, span_id)) else {
             return false;
         };
-        self.pending_bytes = self.pending_bytes.saturating_sub(span.retained_bytes());
-        if let Some(request_id) = &span.request_id {
+        self.pending_bytes = self
+            .pending_bytes
+            .saturating_sub(waiting.span.retained_bytes());
+        if let Some(request_id) = &waiting.span.request_id {
             self.logical_by_request
                 .remove(&(trace_id, request_id.clone()));
         }
@@ -485,7 +535,7 @@ impl Grouper {
         }
         self.logical_key(key, group.first_parent)
             .and_then(|k| self.logical_by_span.get(&k))
-            .and_then(|l| l.attempt_count)
+            .and_then(|l| l.span.attempt_count)
             .is_some_and(|n| group.attempts.len() >= n as usize)
     }
 
@@ -497,6 +547,7 @@ impl Grouper {
             mut attempts,
             first_parent,
             bytes,
+            origins,
             ..
         } = self.groups.remove(key)?;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
@@ -504,8 +555,8 @@ impl Grouper {
             .logical_key(key, first_parent)
             .and_then(|k| self.logical_by_span.remove(&k))
             .map(|l| {
-                self.pending_bytes = self.pending_bytes.saturating_sub(l.retained_bytes());
-                l.to_facts(*key.trace_id(), SpanKind::LogicalRequest)
+                self.pending_bytes = self.pending_bytes.saturating_sub(l.span.retained_bytes());
+                l.span.to_facts(*key.trace_id(), SpanKind::LogicalRequest)
             });
         if let Some(id) = logical.as_ref().and_then(|l| l.request_id.as_ref()) {
             self.logical_by_request
@@ -567,6 +618,7 @@ impl Grouper {
             evaluated,
             attempt_source,
             sources: Vec::new(),
+            origins,
         })
     }
 
@@ -807,6 +859,16 @@ impl Grouper {
 
     pub fn pending_groups(&self) -> usize {
         self.groups.len()
+    }
+
+    /// The oldest record (see [`Origins`]) a pending group or waiting logical span came from.
+    pub fn oldest_origin(&self) -> Option<u64> {
+        let groups = self
+            .groups
+            .values()
+            .filter_map(|g| g.origins.map(|o| o.min));
+        let logical = self.logical_by_span.values().filter_map(|l| l.origin);
+        groups.chain(logical).min()
     }
 
     /// Logical spans still waiting for attempts.

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::infer::{infer_trace, EarlierTrace, Link, TraceSpans};
-use super::{FastMap, FastSet, Ready};
+use super::{FastMap, FastSet, Origins, Ready};
 use crate::contract::{HttpTry, SpanFacts, SpanId, SpanKind, TraceId};
 
 /// What one held HTTP try costs: the compact facts, its map slots and id.
@@ -24,6 +24,8 @@ struct Held {
     links: Vec<Link>,
     /// Boxed: most traces are of declared spans, whose links are all they need held.
     plain: Option<Box<HeldPlain>>,
+    /// Where the plain spans came from: inference consumes them all at once.
+    origins: Option<Origins>,
     last_seen: Instant,
     bytes: usize,
 }
@@ -96,7 +98,12 @@ impl PlainHold {
     }
 
     /// Holds a model span, call span or HTTP try in full.
-    pub(super) fn offer(&mut self, span: SpanFacts, now: Instant) -> PlainOffer {
+    pub(super) fn offer(
+        &mut self,
+        span: SpanFacts,
+        now: Instant,
+        origin: Option<u64>,
+    ) -> PlainOffer {
         let trace_id = span.trace_id;
         if self
             .finished
@@ -116,6 +123,7 @@ impl PlainHold {
         } + LINK_BYTES
             + 16;
         held.bytes += bytes;
+        held.origins = Origins::widen(held.origins, origin.map(Origins::of));
         let first_model = span.kind == SpanKind::SingleAttempt && !plain.spans.inferable();
         held.links.push(Link::of(&span));
         plain.spans.push_unlinked(span);
@@ -144,6 +152,7 @@ impl PlainHold {
             Held {
                 links: Vec::new(),
                 plain: None,
+                origins: None,
                 last_seen: now,
                 bytes: TRACE_OVERHEAD_BYTES,
             }
@@ -222,6 +231,14 @@ impl PlainHold {
         self.with_models
     }
 
+    /// The oldest record (see [`Origins`]) a held span came from.
+    pub(super) fn oldest_origin(&self) -> Option<u64> {
+        self.traces
+            .values()
+            .filter_map(|held| held.origins.map(|o| o.min))
+            .min()
+    }
+
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         self.queue
             .front()
@@ -233,7 +250,13 @@ impl PlainHold {
             return;
         };
         self.bytes = self.bytes.saturating_sub(held.bytes);
-        let Held { links, plain, .. } = held;
+        let Held {
+            links,
+            plain,
+            origins,
+            ..
+        } = held;
+        ready.consumed_origins = Origins::widen(ready.consumed_origins, origins);
         let HeldPlain { mut spans, ids } = plain.map(|p| *p).unwrap_or_default();
         spans.links = links;
         ready

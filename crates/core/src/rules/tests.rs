@@ -107,6 +107,7 @@ fn request_with(env: EnvelopeFields, attempts: Vec<SpanFacts>) -> Request {
         evaluated: vec![],
         attempt_source: crate::record::AttemptSource::Declared,
         sources: Vec::new(),
+        origins: None,
     }
 }
 

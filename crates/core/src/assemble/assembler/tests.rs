@@ -374,7 +374,7 @@ fn restored_attempts_are_duplicates_unless_the_log_replays_them_unwritten() {
     assert_eq!(b.offer(logical(1, 2), t, &mut ready), Offer::Duplicate);
     // Its row never reached a completed file: it is an attempt again, judged after attempt 0.
     assert!(matches!(
-        b.offer_replayed(attempt(1, 2), t, &mut ready),
+        b.offer_replayed(attempt(1, 2), t, &mut ready, None),
         Offer::Attempt(_)
     ));
     b.end_recovery();
