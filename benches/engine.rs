@@ -121,8 +121,8 @@ fn rows() -> Vec<AttemptRow> {
         .map(|i| {
             let mut row = base[i % base.len()].clone();
             let n = i as u64;
-            row.trace_id = format!("{:032x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            row.span_id = format!("{:016x}", n.wrapping_mul(0xc2b2_ae3d_27d4_eb4f));
+            row.trace_id = u128::from(n.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_be_bytes();
+            row.span_id = n.wrapping_mul(0xc2b2_ae3d_27d4_eb4f).to_be_bytes();
             row.event_time += i as i64 * 1_000_000_000;
             row.end_time += i as i64 * 1_000_000_000;
             row

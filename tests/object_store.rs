@@ -213,8 +213,8 @@ fn bulky_row(n: usize, reason_bytes: usize) -> AttemptRow {
     AttemptRow {
         event_time: 1_787_659_200_000_000_000 + n as i64,
         end_time: 1_787_659_200_000_000_000 + n as i64 + 5,
-        trace_id: format!("{:032x}", n + 1),
-        span_id: format!("{:016x}", n + 1),
+        trace_id: (n as u128 + 1).to_be_bytes(),
+        span_id: (n as u64 + 1).to_be_bytes(),
         request_id: format!("bulk-{n}").into(),
         service_name: "bulk".into(),
         original_model: Some("glm-5".into()),

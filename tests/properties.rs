@@ -315,7 +315,7 @@ fn request() -> BoxedStrategy<(Request, Vec<SpanFacts>)> {
 }
 
 fn by_span_id(mut rows: Vec<AttemptRow>) -> Vec<AttemptRow> {
-    rows.sort_by(|a, b| a.span_id.cmp(&b.span_id));
+    rows.sort_by_key(|r| r.span_id);
     rows
 }
 
@@ -326,7 +326,7 @@ proptest! {
     fn every_attempt_gets_exactly_one_row((request, _) in request()) {
         let rows = evaluate(&request, book(), &RulesConfig::default());
         prop_assert_eq!(rows.len(), request.attempts.len());
-        let mut ids: Vec<&str> = rows.iter().map(|r| r.span_id.as_str()).collect();
+        let mut ids: Vec<[u8; 8]> = rows.iter().map(|r| r.span_id).collect();
         ids.sort_unstable();
         ids.dedup();
         prop_assert_eq!(ids.len(), request.attempts.len());

@@ -540,9 +540,7 @@ impl Shard {
         // Last first: a span that made several rows (a call's spanless tries share its id) is
         // enriched with its last attempt's values.
         for row in rows.iter().rev() {
-            let Some(id) = crate::contract::ids_from_hex(&row.trace_id, &row.span_id) else {
-                continue;
-            };
+            let id = (row.trace_id, row.span_id);
             let Some((origin, mut resource_spans)) = self.held.remove(&id).and_then(|s| s.decode())
             else {
                 continue;
@@ -616,8 +614,8 @@ impl Shard {
 /// Drops the rows from `start` on that a completed file held before the restart.
 fn drop_recovered(recovered: &WrittenRows, batch: &mut Vec<AttemptRow>, start: usize) {
     let new = batch.split_off(start);
-    batch.extend(new.into_iter().filter(|row| {
-        crate::contract::ids_from_hex(&row.trace_id, &row.span_id)
-            .is_none_or(|(trace, span)| !recovered.contains(&(trace, span, row.attempt_index)))
-    }));
+    batch.extend(
+        new.into_iter()
+            .filter(|row| !recovered.contains(&(row.trace_id, row.span_id, row.attempt_index))),
+    );
 }

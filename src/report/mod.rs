@@ -69,8 +69,8 @@ impl From<&AttemptRow> for ReportRow {
     fn from(row: &AttemptRow) -> Self {
         ReportRow {
             event_time: row.event_time,
-            trace_id: row.trace_id.clone(),
-            span_id: row.span_id.clone(),
+            trace_id: crate::contract::id_hex(&row.trace_id),
+            span_id: crate::contract::id_hex(&row.span_id),
             request_id: row.request_id.to_string(),
             service_name: row.service_name.to_string(),
             task_type: row.task_type.as_deref().map(str::to_owned),

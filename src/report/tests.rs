@@ -431,8 +431,8 @@ fn attempt_row(request: &str, index: i32, event_time: i64, estimate: &str) -> At
     AttemptRow {
         event_time,
         end_time: event_time + 1,
-        trace_id: format!("{name:0>32}"),
-        span_id: format!("b7ad6b71692033{index:02}"),
+        trace_id: crate::contract::id_from_hex(&format!("{name:0>32}")).expect("hex"),
+        span_id: crate::contract::id_from_hex(&format!("b7ad6b71692033{index:02}")).expect("hex"),
         request_id: row.request_id.into(),
         service_name: row.service_name.into(),
         task_type: row.task_type.map(Into::into),

@@ -6,6 +6,7 @@ use rust_decimal::Decimal;
 
 use super::names::{self, Kind};
 use super::{router, serve, Health, Metrics};
+use crate::contract::id_from_hex;
 use crate::record::{AttemptRow, Decision, SpendClass, UnauditedReason, Violation};
 
 fn usd(text: &str) -> Decimal {
@@ -17,7 +18,7 @@ fn attempt(attempt_index: i32, decision: Decision, spend_class: SpendClass) -> A
     AttemptRow {
         event_time: 1_741_953_600_000_000_000,
         end_time: 1_741_953_602_000_000_000,
-        span_id: format!("b7ad6b71692033{attempt_index:02}"),
+        span_id: id_from_hex(&format!("b7ad6b71692033{attempt_index:02}")).unwrap(),
         task_type: Some("summarize".into()),
         billing_group: Some("team-a".into()),
         attempt_index,

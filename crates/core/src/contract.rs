@@ -657,13 +657,11 @@ pub fn id_hex(id: &[u8]) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-/// Trace and span ids back from the hex a row holds them in.
-pub fn ids_from_hex(trace_id: &str, span_id: &str) -> Option<(TraceId, SpanId)> {
-    let mut trace = [0u8; 16];
-    let mut span = [0u8; 8];
-    hex::decode_to_slice(trace_id, &mut trace).ok()?;
-    hex::decode_to_slice(span_id, &mut span).ok()?;
-    Some((trace, span))
+/// An id from its hex (a row's column, a test's literal).
+pub fn id_from_hex<const N: usize>(hex: &str) -> Option<[u8; N]> {
+    let mut id = [0u8; N];
+    hex::decode_to_slice(hex, &mut id).ok()?;
+    Some(id)
 }
 
 /// The service name of a resource's attributes, `unknown_service` when it has none.

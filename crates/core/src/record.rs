@@ -5,7 +5,7 @@ use std::sync::Arc;
 use chrono::NaiveDate;
 use rust_decimal::Decimal;
 
-use crate::contract::Symbol;
+use crate::contract::{SpanId, Symbol, TraceId};
 
 /// Everything the `attempts` table holds for one attempt span.
 ///
@@ -17,8 +17,10 @@ pub struct AttemptRow {
     pub event_time: i64,
     /// Span end, nanoseconds since the Unix epoch (UTC).
     pub end_time: i64,
-    pub trace_id: String,
-    pub span_id: String,
+    /// The ids as they are: the Parquet sink writes their hex straight into its column, the
+    /// shard finds held spans by them, and a row owns no text for them.
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
     /// Shared by the rows of a request; the text columns taken from span facts share their
     /// [`Symbol`]s, so a row costs no copy of them.
     pub request_id: Arc<str>,
@@ -82,8 +84,11 @@ impl AttemptRow {
         AttemptRow {
             event_time: 0,
             end_time: 0,
-            trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
-            span_id: "b7ad6b7169203300".into(),
+            trace_id: [
+                0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80,
+                0x31, 0x9c,
+            ],
+            span_id: [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x00],
             request_id: "req-42".into(),
             service_name: "checkout-assistant".into(),
             task_type: None,

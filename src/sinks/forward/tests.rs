@@ -35,8 +35,8 @@ fn over_envelope_retry() -> AttemptRow {
     AttemptRow {
         event_time: 1_741_953_600_000_000_000,
         end_time: 1_741_953_602_000_000_000,
-        trace_id: "07".repeat(16),
-        span_id: "00000000000000aa".into(),
+        trace_id: [7; 16],
+        span_id: [0, 0, 0, 0, 0, 0, 0, 0xaa],
         request_id: "req-1".into(),
         service_name: "checkout".into(),
         task_type: Some("chat".into()),

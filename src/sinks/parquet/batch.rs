@@ -27,8 +27,8 @@ pub(super) fn batch_from_refs(rows: &[&AttemptRow]) -> Result<RecordBatch, Parqu
     let columns: Vec<ArrayRef> = vec![
         timestamps(rows, |r| r.event_time),
         timestamps(rows, |r| r.end_time),
-        strings(rows, |r| Some(&r.trace_id)),
-        strings(rows, |r| Some(&r.span_id)),
+        hex_ids(rows, |r| &r.trace_id),
+        hex_ids(rows, |r| &r.span_id),
         strings(rows, |r| Some(&r.request_id)),
         strings(rows, |r| Some(&r.service_name)),
         strings(rows, |r| r.task_type.as_deref()),
@@ -152,6 +152,28 @@ fn strings<'a>(
     Arc::new(builder.finish())
 }
 
+/// Ids as lowercase hex, encoded straight into the column.
+fn hex_ids<const N: usize>(rows: &[&AttemptRow], id: impl Fn(&AttemptRow) -> &[u8; N]) -> ArrayRef {
+    let mut builder = StringBuilder::with_capacity(rows.len(), rows.len() * N * 2);
+    let mut digits = [[0u8; 2]; N];
+    for row in rows {
+        for (pair, byte) in digits.iter_mut().zip(id(row)) {
+            *pair = hex_pair(*byte);
+        }
+        // Cannot fail: hex digits are ASCII.
+        builder.append_value(std::str::from_utf8(digits.as_flattened()).unwrap_or_default());
+    }
+    Arc::new(builder.finish())
+}
+
+fn hex_pair(byte: u8) -> [u8; 2] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    [
+        DIGITS[usize::from(byte >> 4)],
+        DIGITS[usize::from(byte & 0xf)],
+    ]
+}
+
 /// A value that does not fit the column is written as null rather than failing the batch: one
 /// absurd number must not cost finance every other row of the request. The warning names the
 /// span so the value can be found in the trace.
@@ -167,8 +189,8 @@ fn money(
             tracing::warn!(
                 column,
                 value = %amount,
-                trace_id = %row.trace_id,
-                span_id = %row.span_id,
+                trace_id = %crate::contract::id_hex(&row.trace_id),
+                span_id = %crate::contract::id_hex(&row.span_id),
                 "money value does not fit decimal128(38, 18); writing null"
             );
         }

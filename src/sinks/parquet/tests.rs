@@ -18,6 +18,7 @@ use rust_decimal::Decimal;
 
 use super::schema::{self, attempts_schema};
 use super::{rows_to_batch, ParquetExporterConfig, ParquetSink, ParquetSinkError};
+use crate::contract::id_from_hex;
 use crate::record::{AttemptRow, AttemptSource, Decision, SpendClass, UnauditedReason, Violation};
 
 const NANOS_PER_SECOND: i64 = 1_000_000_000;
@@ -38,8 +39,8 @@ pub(super) fn retry_at(event_time: i64, attempt_index: i32) -> AttemptRow {
     AttemptRow {
         event_time,
         end_time: event_time + 2 * NANOS_PER_SECOND,
-        trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
-        span_id: format!("b7ad6b71692033{attempt_index:02}"),
+        trace_id: id_from_hex("0af7651916cd43dd8448eb211c80319c").unwrap(),
+        span_id: id_from_hex(&format!("b7ad6b71692033{attempt_index:02}")).unwrap(),
         request_id: "req-42".into(),
         service_name: "checkout-assistant".into(),
         task_type: Some("summarize".into()),
@@ -92,8 +93,8 @@ fn unaudited_first_at(event_time: i64) -> AttemptRow {
     AttemptRow {
         event_time,
         end_time: event_time + NANOS_PER_SECOND,
-        trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
-        span_id: "00f067aa0ba902b7".into(),
+        trace_id: id_from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+        span_id: id_from_hex("00f067aa0ba902b7").unwrap(),
         request_id: "00f067aa0ba90200".into(),
         service_name: "unknown_service".into(),
         decision_reason: "first attempt".into(),
@@ -291,8 +292,14 @@ fn every_value_round_trips_through_a_file() {
                 "column {name}, row {row_index}"
             );
         };
-        expect_string(schema::TRACE_ID, Some(&row.trace_id));
-        expect_string(schema::SPAN_ID, Some(&row.span_id));
+        expect_string(
+            schema::TRACE_ID,
+            Some(&crate::contract::id_hex(&row.trace_id)),
+        );
+        expect_string(
+            schema::SPAN_ID,
+            Some(&crate::contract::id_hex(&row.span_id)),
+        );
         expect_string(schema::REQUEST_ID, Some(&row.request_id));
         expect_string(schema::SERVICE_NAME, Some(&row.service_name));
         expect_string(schema::TASK_TYPE, row.task_type.as_deref());

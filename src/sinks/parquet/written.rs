@@ -166,9 +166,9 @@ pub fn spans_in<R: ChunkReader + 'static>(
             if traces.is_null(i) || spans.is_null(i) || indices.is_null(i) {
                 continue;
             }
-            if let Some((trace, span)) =
-                crate::contract::ids_from_hex(traces.value(i), spans.value(i))
-            {
+            let ids = crate::contract::id_from_hex(traces.value(i))
+                .zip(crate::contract::id_from_hex(spans.value(i)));
+            if let Some((trace, span)) = ids {
                 written.insert((trace, span, indices.value(i)));
             }
         }

@@ -510,8 +510,8 @@ fn build_row(
     let mut row = AttemptRow {
         event_time: nanos(span.start_time_unix_nano),
         end_time: nanos(span.end_time_unix_nano),
-        trace_id: crate::contract::id_hex(&span.trace_id),
-        span_id: crate::contract::id_hex(&span.span_id),
+        trace_id: span.trace_id,
+        span_id: span.span_id,
         request_id: shared.request_id.clone(),
         service_name: std::sync::Arc::clone(&span.service_name),
         task_type: env.task_type.clone(),

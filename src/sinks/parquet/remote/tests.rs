@@ -302,11 +302,7 @@ fn recovery_reads_back_only_recorded_objects_the_log_still_holds() {
     assert_eq!(uploaded.len(), 2, "{uploaded:?}");
 
     let written = setup.uploader.recorded_spans(Some(5)).expect("read back");
-    let ids = |row: &crate::record::AttemptRow| {
-        let (trace, span) =
-            crate::contract::ids_from_hex(&row.trace_id, &row.span_id).expect("hex ids");
-        (trace, span, row.attempt_index)
-    };
+    let ids = |row: &crate::record::AttemptRow| (row.trace_id, row.span_id, row.attempt_index);
     assert_eq!(written, [ids(&new)].into_iter().collect());
     let journal = Journal::new(setup.state.path().join(JOURNAL_FILE));
     assert_eq!(

@@ -471,7 +471,7 @@ fn inferred_rows_carry_the_request_id_the_try_span_ids_and_null_output_on_earlie
         .map(|r| {
             (
                 &*r.request_id,
-                r.span_id.as_str(),
+                u64::from_be_bytes(r.span_id),
                 r.attempt_index,
                 r.output_tokens,
                 r.error_type.as_deref(),
@@ -481,14 +481,8 @@ fn inferred_rows_carry_the_request_id_the_try_span_ids_and_null_output_on_earlie
     assert_eq!(
         got,
         [
-            ("0000000000000001", "000000000000000b", 0, None, Some("429")),
-            (
-                "0000000000000001",
-                "000000000000000c",
-                1,
-                Some(50),
-                None::<&str>
-            ),
+            ("0000000000000001", 0xb, 0, None, Some("429")),
+            ("0000000000000001", 0xc, 1, Some(50), None::<&str>),
         ]
     );
 }
