@@ -468,14 +468,14 @@ impl Shard {
             let done =
                 self.processor
                     .evaluate(&mut batch, WRITE_BATCH_ROWS, |request, rows, before| {
-                        lsns = LsnRange::widen_optional(lsns, request.origins.map(LsnRange::of));
+                        lsns = LsnRange::widen_optional(lsns, request.origins);
                         if !recovered.is_empty()
                             && request.attempt_source != AttemptSource::Declared
                         {
                             drop_recovered(recovered, rows, before);
                         }
                     });
-            lsns = LsnRange::widen_optional(lsns, done.consumed_origins.map(LsnRange::of));
+            lsns = LsnRange::widen_optional(lsns, done.consumed_origins);
             if done.evicted > 0 {
                 self.metrics.requests_evicted(done.evicted);
             }

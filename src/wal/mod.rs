@@ -153,42 +153,9 @@ fn truncate(path: &Path, len: u64) -> Result<(), WalError> {
     file.sync_all().map_err(|e| WalError::io(path, e))
 }
 
-/// Write-ahead log sequence numbers of the records a file's rows came from (inclusive).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LsnRange {
-    pub min: u64,
-    pub max: u64,
-}
-
-impl LsnRange {
-    pub fn single(lsn: u64) -> LsnRange {
-        LsnRange { min: lsn, max: lsn }
-    }
-
-    /// The records the processor reports held spans came from.
-    pub fn of(origins: crate::assemble::Origins) -> LsnRange {
-        LsnRange {
-            min: origins.min,
-            max: origins.max,
-        }
-    }
-
-    /// The range covering both, when either is known.
-    pub fn widen_optional(range: Option<LsnRange>, other: Option<LsnRange>) -> Option<LsnRange> {
-        match (range, other) {
-            (Some(a), Some(b)) => Some(a.widen(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// The range covering both.
-    pub fn widen(self, other: LsnRange) -> LsnRange {
-        LsnRange {
-            min: self.min.min(other.min),
-            max: self.max.max(other.max),
-        }
-    }
-}
+/// Write-ahead log sequence numbers of the records a file's rows came from (inclusive): the
+/// processor's [`Origins`](crate::assemble::Origins), which the shard offers spans with.
+pub use crate::assemble::Origins as LsnRange;
 
 #[cfg(test)]
 mod tests;

@@ -142,7 +142,8 @@ impl Processor {
         ready.requests.extend(drained.requests);
         ready.evicted += drained.evicted;
         ready.consumed.extend(drained.consumed);
-        ready.consumed_origins = Origins::widen(ready.consumed_origins, drained.consumed_origins);
+        ready.consumed_origins =
+            Origins::widen_optional(ready.consumed_origins, drained.consumed_origins);
         ready.duplicates += drained.duplicates;
     }
 

@@ -155,23 +155,16 @@ fn strings<'a>(
 /// Ids as lowercase hex, encoded straight into the column.
 fn hex_ids<const N: usize>(rows: &[&AttemptRow], id: impl Fn(&AttemptRow) -> &[u8; N]) -> ArrayRef {
     let mut builder = StringBuilder::with_capacity(rows.len(), rows.len() * N * 2);
-    let mut digits = [[0u8; 2]; N];
+    // Trace ids, the longest, are 16 bytes.
+    const { assert!(N <= 16) };
+    let mut buffer = [0u8; 32];
+    let digits = &mut buffer[..N * 2];
     for row in rows {
-        for (pair, byte) in digits.iter_mut().zip(id(row)) {
-            *pair = hex_pair(*byte);
-        }
-        // Cannot fail: hex digits are ASCII.
-        builder.append_value(std::str::from_utf8(digits.as_flattened()).unwrap_or_default());
+        // Cannot fail: `digits` is twice as long as the id, and hex digits are ASCII.
+        let _ = hex::encode_to_slice(id(row), digits);
+        builder.append_value(std::str::from_utf8(digits).unwrap_or_default());
     }
     Arc::new(builder.finish())
-}
-
-fn hex_pair(byte: u8) -> [u8; 2] {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    [
-        DIGITS[usize::from(byte >> 4)],
-        DIGITS[usize::from(byte & 0xf)],
-    ]
 }
 
 /// A value that does not fit the column is written as null rather than failing the batch: one

@@ -11,7 +11,6 @@ mod plain;
 pub mod summary;
 
 pub use assembler::{Assembler, AssemblyBounds, Ready};
-
 pub use infer::{infer_trace, TraceSpans};
 pub use summary::{ContextSpan, Summary};
 
@@ -32,8 +31,9 @@ pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 const GROUP_OVERHEAD_BYTES: usize = 512;
 const SPAN_ID_BYTES: usize = 16;
 
-/// The driver's numbers for the records spans came from (`serve`: its write-ahead log's), kept
-/// with what is held so the driver learns which records it still needs without maps of its own.
+/// The driver's numbers for the records spans came from, inclusive (`serve`: its write-ahead
+/// log's, where this is `wal::LsnRange`), kept with what is held so the driver learns which
+/// records it still needs without maps of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Origins {
     pub min: u64,
@@ -41,7 +41,7 @@ pub struct Origins {
 }
 
 impl Origins {
-    pub fn of(origin: u64) -> Origins {
+    pub fn single(origin: u64) -> Origins {
         Origins {
             min: origin,
             max: origin,
@@ -49,13 +49,18 @@ impl Origins {
     }
 
     /// The range covering both, when either is known.
-    pub fn widen(range: Option<Origins>, other: Option<Origins>) -> Option<Origins> {
+    pub fn widen_optional(range: Option<Origins>, other: Option<Origins>) -> Option<Origins> {
         match (range, other) {
-            (Some(a), Some(b)) => Some(Origins {
-                min: a.min.min(b.min),
-                max: a.max.max(b.max),
-            }),
+            (Some(a), Some(b)) => Some(a.widen(b)),
             (a, b) => a.or(b),
+        }
+    }
+
+    /// The range covering both.
+    pub fn widen(self, other: Origins) -> Origins {
+        Origins {
+            min: self.min.min(other.min),
+            max: self.max.max(other.max),
         }
     }
 }
@@ -364,7 +369,7 @@ impl Grouper {
                         0
                     };
                 group.span_ids.insert(id);
-                group.origins = Origins::widen(group.origins, origin.map(Origins::of));
+                group.origins = Origins::widen_optional(group.origins, origin.map(Origins::single));
                 group.first_parent = group.first_parent.or(span.parent_span_id);
                 group.attempts.push(span);
                 Offer::Attempt(key)

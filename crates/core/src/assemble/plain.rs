@@ -123,7 +123,7 @@ impl PlainHold {
         } + LINK_BYTES
             + 16;
         held.bytes += bytes;
-        held.origins = Origins::widen(held.origins, origin.map(Origins::of));
+        held.origins = Origins::widen_optional(held.origins, origin.map(Origins::single));
         let first_model = span.kind == SpanKind::SingleAttempt && !plain.spans.inferable();
         held.links.push(Link::of(&span));
         plain.spans.push_unlinked(span);
@@ -256,7 +256,7 @@ impl PlainHold {
             origins,
             ..
         } = held;
-        ready.consumed_origins = Origins::widen(ready.consumed_origins, origins);
+        ready.consumed_origins = Origins::widen_optional(ready.consumed_origins, origins);
         let HeldPlain { mut spans, ids } = plain.map(|p| *p).unwrap_or_default();
         spans.links = links;
         ready
