@@ -248,3 +248,30 @@ fn most_random_lines_are_read_directly() {
         "{direct} of {spans} spans read directly"
     );
 }
+
+/// JavaScript, Python and Go print a double in its shortest round-trip form, often 17 digits.
+/// Read from OTLP/JSON it must be the double the exporter had, as protobuf would carry it:
+/// money is read through that shortest form, so a neighbouring double changes the amount
+/// (serde_json's default parser read `19.900000000000002` as `19.9`).
+#[test]
+fn doubles_are_the_ones_the_exporter_printed() {
+    for text in [
+        "19.900000000000002",
+        "0.30000000000000004",
+        "12.874560591713891",
+        "0.9719863718547629",
+        "7.204309649955221e-13",
+    ] {
+        let exact: f64 = text.parse().expect("a double");
+        let line = format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","attributes":[{{"key":"{}","value":{{"doubleValue":{text}}}}}]}}]}}]}}]}}"#,
+            crate::contract::attr::MAX_INCREMENTAL_USD
+        );
+        let want = crate::contract::money(crate::contract::ValueRef::Double(exact));
+        assert!(want.is_some(), "{text}");
+        let direct = read_direct(line.as_bytes(), &AttributeKeys::NONE).expect("read directly");
+        let decoded = read_decoded(line.as_bytes(), &AttributeKeys::NONE).expect("decoded");
+        assert_eq!(direct[0].envelope.max_incremental_usd, want, "{text}");
+        assert_eq!(decoded[0].envelope.max_incremental_usd, want, "{text}");
+    }
+}
