@@ -275,3 +275,70 @@ fn doubles_are_the_ones_the_exporter_printed() {
         assert_eq!(decoded[0].envelope.max_incremental_usd, want, "{text}");
     }
 }
+
+/// Forms where serde_json's grammar check and its typed reads part ways, or where the reader
+/// skips rather than reads: each line gives the decoded path's facts or its error.
+#[test]
+fn the_reader_agrees_where_grammar_and_types_part() -> Result<(), String> {
+    let span = |extra: &str| {
+        format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708"{extra}}}]}}]}}]}}"#
+        )
+    };
+    let nested = |depth: usize| {
+        format!(
+            r#","attributes":[{{"key":"a","value":{{"arrayValue":{{"values":[{}{{"intValue":"1"}}{}]}}}}}}]"#,
+            r#"{"arrayValue":{"values":["#.repeat(depth),
+            "]}}".repeat(depth)
+        )
+    };
+    let cases = [
+        // serde_json reads `-0` as a float: no integer, but a double.
+        r#","attributes":[{"key":"n","value":{"intValue":-0}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"doubleValue":-0}}]"#.to_owned(),
+        r#","startTimeUnixNano":-0"#.to_owned(),
+        r#","kind":-0"#.to_owned(),
+        r#","flags":-0"#.to_owned(),
+        // Out of range for a double: the grammar check lets it pass, a typed read does not.
+        r#","attributes":[{"key":"n","value":{"doubleValue":1e400}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"intValue":18446744073709551616}}]"#.to_owned(),
+        r#","unknown":1e400"#.to_owned(),
+        // A lone surrogate passes the grammar check: refused where the string is read.
+        r#","name":"\ud800""#.to_owned(),
+        r#","attributes":[{"key":"\udc00","value":{"stringValue":"x"}}]"#.to_owned(),
+        r#","attributes":[{"key":"a","value":{"stringValue":"\ud800"}}]"#.to_owned(),
+        r#","unknown":"\ud800""#.to_owned(),
+        // Escaped keys and values are what they spell.
+        r#","parent\u0053panId":"0102030405060709""#.to_owned(),
+        r#","attributes":[{"key":"gen_ai.request.\u006dodel","value":{"stringValue":"glm\u002d5 \"x\""}}]"#.to_owned(),
+        // Types the decoded path refuses.
+        r#","name":null"#.to_owned(),
+        r#","flags":"1""#.to_owned(),
+        r#","flags":1.0"#.to_owned(),
+        r#","droppedAttributesCount":4294967296"#.to_owned(),
+        r#","attributes":null"#.to_owned(),
+        r#","attributes":[null]"#.to_owned(),
+        r#","attributes":[{"value":{"stringValue":"x"}}]"#.to_owned(),
+        r#","attributes":[{"key":"a","value":{"boolValue":"true"}}]"#.to_owned(),
+        r#","status":{"code":"STATUS_CODE_NONE"}"#.to_owned(),
+        r#","status":null,"events":[{"name":"e","attributes":[{"key":"k","value":{"intValue":"x"}}]}]"#.to_owned(),
+        r#","events":[{"name":"e","timeUnixNano":"5"}],"links":[]"#.to_owned(),
+        // Nulls the decoded path takes as absent.
+        r#","attributes":[{"key":"a","value":null},{"key":"b","value":{"stringValue":null}}]"#.to_owned(),
+        r#","attributes":[{"key":"a","value":{"arrayValue":null}}]"#.to_owned(),
+        // Unknown fields of any shape, however deep, are skipped by both.
+        format!(r#","unknown":{}1{}"#, "[".repeat(300), "]".repeat(300)),
+        r#","unknown":{"a":["}",{"b":"]\"["}]}"#.to_owned(),
+        // Nesting the decoded path reads as prost types: within its limit, and past it.
+        nested(3),
+        nested(60),
+    ];
+    for extra in &cases {
+        assert_agree(span(extra).as_bytes(), &policy_keys()).map_err(|e| e.to_string())?;
+    }
+    // The common forms are still read directly.
+    assert!(read_direct(span(&cases[12]).as_bytes(), &AttributeKeys::NONE).is_some());
+    assert!(read_direct(span(&cases[13]).as_bytes(), &AttributeKeys::NONE).is_some());
+    assert!(read_direct(span(&nested(3)).as_bytes(), &AttributeKeys::NONE).is_some());
+    Ok(())
+}
