@@ -75,6 +75,52 @@ async fn http_json_export_gives_the_replay_rows() {
     assert_eq!(stop(collector, out.path()).await, replayed_rows());
 }
 
+/// JavaScript, Python and Go exporters print a double in its shortest round-trip form, often 17
+/// digits: the same envelope amount is the same money whether it came as OTLP/JSON or protobuf
+/// (serde_json's default parser read `19.900000000000002` as `19.9`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_double_amount_is_the_same_money_over_json_and_protobuf() {
+    const AMOUNT: f64 = 19.900000000000002;
+    let mut requests = example_requests();
+    let mut amounts = 0;
+    let spans = requests
+        .iter_mut()
+        .flat_map(|r| &mut r.resource_spans)
+        .flat_map(|r| &mut r.scope_spans)
+        .flat_map(|s| &mut s.spans);
+    for span in spans {
+        for attribute in &mut span.attributes {
+            if attribute.key == "retry_spend.envelope.max_incremental_usd" {
+                if let Some(value) = attribute.value.as_mut() {
+                    value.value = Some(Value::DoubleValue(AMOUNT));
+                    amounts += 1;
+                }
+            }
+        }
+    }
+    assert!(amounts > 0, "the example has flat envelope amounts");
+    let mut rows = Vec::new();
+    for protocol in [Protocol::HttpJson, Protocol::HttpBinary] {
+        let (collector, out) = started(|_| {}).await;
+        let batches = by_service(&requests);
+        let addr = collector.http_addr;
+        tokio::task::spawn_blocking(move || export_http(addr, protocol, batches))
+            .await
+            .unwrap();
+        rows.push(stop(collector, out.path()).await);
+    }
+    assert_eq!(rows[0].len(), EXAMPLE_ROWS);
+    assert_eq!(rows[0], rows[1], "JSON and protobuf give the same rows");
+    let exact = rows[0]
+        .iter()
+        .filter(|row| usd(&row["max_incremental_usd"]) == "19.900000000000002")
+        .count();
+    assert!(
+        exact > 0,
+        "the amount is the exporter's double, not a neighbour"
+    );
+}
+
 /// The first two attempts of req-kimi-patch (whose logical span says 3 attempts are coming)
 /// are evaluated; the third arrives after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
