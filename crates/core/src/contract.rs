@@ -650,11 +650,19 @@ pub fn scope_name(name: Option<&str>) -> Option<Arc<str>> {
 
 /// Lower-case hex of an id, as rows hold them. `hex::encode` goes through a char iterator, a
 /// visible share of evaluation when every row has two ids.
-pub fn id_hex(id: &[u8]) -> String {
-    let mut out = vec![0u8; id.len() * 2];
-    // Cannot fail: `out` is exactly twice as long as `id`, and hex digits are ASCII.
-    let _ = hex::encode_to_slice(id, &mut out);
-    String::from_utf8(out).unwrap_or_default()
+pub fn id_hex<const N: usize>(id: &[u8; N]) -> String {
+    id_hex_in(id, &mut [0u8; 32]).to_owned()
+}
+
+/// [`id_hex`] written into `buffer`, for callers that copy it on (a Parquet column) and need no
+/// `String` of their own.
+pub fn id_hex_in<'b, const N: usize>(id: &[u8; N], buffer: &'b mut [u8; 32]) -> &'b str {
+    // Trace ids, the longest, are 16 bytes: every id fits the buffer.
+    const { assert!(N <= 16) };
+    let digits = &mut buffer[..N * 2];
+    // Cannot fail: `digits` is exactly twice as long as `id`, and hex digits are ASCII.
+    let _ = hex::encode_to_slice(id, &mut *digits);
+    std::str::from_utf8(digits).unwrap_or_default()
 }
 
 /// An id from its hex (a row's column, a test's literal).

@@ -155,14 +155,9 @@ fn strings<'a>(
 /// Ids as lowercase hex, encoded straight into the column.
 fn hex_ids<const N: usize>(rows: &[&AttemptRow], id: impl Fn(&AttemptRow) -> &[u8; N]) -> ArrayRef {
     let mut builder = StringBuilder::with_capacity(rows.len(), rows.len() * N * 2);
-    // Trace ids, the longest, are 16 bytes.
-    const { assert!(N <= 16) };
     let mut buffer = [0u8; 32];
-    let digits = &mut buffer[..N * 2];
     for row in rows {
-        // Cannot fail: `digits` is twice as long as the id, and hex digits are ASCII.
-        let _ = hex::encode_to_slice(id(row), digits);
-        builder.append_value(std::str::from_utf8(digits).unwrap_or_default());
+        builder.append_value(crate::contract::id_hex_in(id(row), &mut buffer));
     }
     Arc::new(builder.finish())
 }
