@@ -265,7 +265,7 @@ fn doubles_are_the_ones_the_exporter_printed() {
         let exact: f64 = text.parse().expect("a double");
         let line = format!(
             r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","attributes":[{{"key":"{}","value":{{"doubleValue":{text}}}}}]}}]}}]}}]}}"#,
-            crate::contract::attr::MAX_INCREMENTAL_USD
+            attr::MAX_INCREMENTAL_USD
         );
         let want = crate::contract::money(crate::contract::ValueRef::Double(exact));
         assert!(want.is_some(), "{text}");
@@ -276,8 +276,9 @@ fn doubles_are_the_ones_the_exporter_printed() {
     }
 }
 
-/// Forms where serde_json's grammar check and its typed reads part ways, or where the reader
-/// skips rather than reads: each line gives the decoded path's facts or its error.
+/// Forms serde_json lets pass in a value it skips but refuses in one it reads as a type, or that
+/// the two paths skip in different places: each line gives the decoded path's facts or its
+/// error.
 #[test]
 fn the_reader_agrees_where_grammar_and_types_part() -> Result<(), String> {
     let span = |extra: &str| {
@@ -299,11 +300,11 @@ fn the_reader_agrees_where_grammar_and_types_part() -> Result<(), String> {
         r#","startTimeUnixNano":-0"#.to_owned(),
         r#","kind":-0"#.to_owned(),
         r#","flags":-0"#.to_owned(),
-        // Out of range for a double: the grammar check lets it pass, a typed read does not.
+        // Out of range for a double: skipped without complaint, refused where it is read.
         r#","attributes":[{"key":"n","value":{"doubleValue":1e400}}]"#.to_owned(),
         r#","attributes":[{"key":"n","value":{"intValue":18446744073709551616}}]"#.to_owned(),
         r#","unknown":1e400"#.to_owned(),
-        // A lone surrogate passes the grammar check: refused where the string is read.
+        // A lone surrogate: skipped without complaint, refused where the string is read.
         r#","name":"\ud800""#.to_owned(),
         r#","attributes":[{"key":"\udc00","value":{"stringValue":"x"}}]"#.to_owned(),
         r#","attributes":[{"key":"a","value":{"stringValue":"\ud800"}}]"#.to_owned(),
