@@ -192,6 +192,30 @@ fn contract(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // The same once the shard's memory is in steady state: every export's requests wait out
+    // `group_wait` (as SDKs that set no `attempt_count` make them), and the finished-request
+    // cache is full, so each evaluated request forgets the oldest.
+    group.bench_function("steady_state_512_spans", |b| {
+        let facts: Vec<SpanFacts> = span_facts(&request).collect();
+        let bounds = AssemblyBounds::default();
+        let mut processor = Processor::new(engine(), Assembler::new(&bounds, 1));
+        let mut now = std::time::Instant::now();
+        let mut round = 0u64;
+        let mut rows = Vec::with_capacity(SPANS_PER_REQUEST);
+        b.iter(|| {
+            round += 1;
+            for span in &facts {
+                let mut span = span.clone();
+                span.trace_id[8..].copy_from_slice(&round.to_be_bytes());
+                processor.offer(span, now, Arrival::Live);
+            }
+            now += bounds.group_wait + Duration::from_millis(1);
+            processor.expire(now);
+            rows.clear();
+            processor.evaluate(&mut rows, usize::MAX, |_, _, _| {});
+            rows.len()
+        })
+    });
     group.finish();
 }
 

@@ -198,7 +198,7 @@ impl Assembler {
                     if self.grouper.holds_logical(trace_id, span_id) {
                         self.logical_arrivals.push_back((now, trace_id, span_id));
                     }
-                    for key in &keys {
+                    for key in keys.iter() {
                         if self.grouper.has_group(key) {
                             self.touch(key, now);
                             self.take_if_complete(key, ready);

@@ -6,6 +6,7 @@
 //! go through [`infer_trace`] instead, which finds the retries that plain instrumentation shows.
 
 mod assembler;
+mod finished;
 pub mod infer;
 mod plain;
 pub mod summary;
@@ -14,10 +15,9 @@ pub use assembler::{Assembler, AssemblyBounds, Ready};
 pub use infer::{infer_trace, TraceSpans};
 pub use summary::{ContextSpan, Summary};
 
-use std::collections::VecDeque;
-
 use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
 use crate::record::AttemptSource;
+use finished::{Finished, FinishedCache, Seq};
 
 /// Maps keyed by ids from the wire: a fast keyed hash, still randomised per process so a
 /// client cannot choose colliding ids.
@@ -172,10 +172,7 @@ pub struct Grouper {
     /// Boxed so that the table's slots stay small: it holds one entry per waiting request.
     logical_by_span: FastMap<(TraceId, SpanId), Box<WaitingLogical>>,
     logical_by_request: FastMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
-    finished: FastMap<GroupKey, Finished>,
-    finished_order: VecDeque<GroupKey>,
-    finished_logical: FastMap<(TraceId, SpanId), GroupKey>,
-    finished_capacity: usize,
+    finished: FinishedCache,
     /// Attempts replayed from the write-ahead log whose rows a completed file already holds:
     /// context for their request, never rows again.
     written: FastSet<(TraceId, SpanId)>,
@@ -212,17 +209,6 @@ struct Group {
 struct WaitingLogical {
     span: ContextSpan,
     origin: Option<u64>,
-}
-
-/// What is remembered of an evaluated request: compact context, not whole spans.
-#[derive(Debug, Default)]
-struct Finished {
-    /// Boxed: most finished requests are looked up again never, and a span inline would make
-    /// every slot of the finished map as large as one.
-    logical: Option<Box<ContextSpan>>,
-    attempts: Vec<ContextSpan>,
-    span_ids: SpanIds,
-    bytes: usize,
 }
 
 /// The span ids of one request: a short list for the usual handful of attempts, a set past that
@@ -294,6 +280,20 @@ impl SpanIds {
     }
 }
 
+/// The group keys a logical span can belong to, in the order they are tried; held inline
+/// because every logical span offered asks for them.
+#[derive(Debug, Default)]
+pub struct LogicalKeys {
+    by_request: Option<GroupKey>,
+    by_parent: Option<GroupKey>,
+}
+
+impl LogicalKeys {
+    pub fn iter(&self) -> impl Iterator<Item = &GroupKey> {
+        self.by_request.iter().chain(&self.by_parent)
+    }
+}
+
 /// What happened to a span offered to the [`Grouper`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Offer {
@@ -316,7 +316,7 @@ impl Grouper {
     /// A grouper that remembers up to `finished_capacity` evaluated requests (0: none).
     pub fn with_finished_capacity(finished_capacity: usize) -> Grouper {
         Grouper {
-            finished_capacity,
+            finished: FinishedCache::with_capacity(finished_capacity),
             ..Grouper::default()
         }
     }
@@ -389,21 +389,22 @@ impl Grouper {
 
     fn offer_logical(&mut self, span: SpanFacts, origin: Option<u64>) -> Offer {
         let id = (span.trace_id, span.span_id);
-        if self.logical_by_span.contains_key(&id) || self.finished_logical.contains_key(&id) {
+        if self.logical_by_span.contains_key(&id)
+            || self.finished.holds_logical(&span.trace_id, &span.span_id)
+        {
             return Offer::Duplicate;
         }
         // Its request was already evaluated without it: keep it for late retries' envelope.
-        let finished_key = self.finished_key_for_logical(&span);
-        if let Some(key) = finished_key {
-            if let Some(finished) = self.finished.get_mut(&key) {
+        if let Some(seq) = self.finished_seq_for_logical(&span) {
+            if let Some(finished) = self.finished.at(seq) {
                 if finished.logical.is_none() {
                     let context = ContextSpan::of_logical(span);
                     let bytes = context.retained_bytes();
                     finished.bytes += bytes;
+                    finished.logical = Some(Box::new(context));
                     self.finished_bytes += bytes;
                     self.finished_changes += 1;
-                    self.finished_logical.insert(id, key);
-                    finished.logical = Some(Box::new(context));
+                    self.finished.add_logical_id(seq, id.1);
                     return Offer::Logical;
                 }
             }
@@ -419,14 +420,15 @@ impl Grouper {
         Offer::Logical
     }
 
-    fn finished_key_for_logical(&self, span: &SpanFacts) -> Option<GroupKey> {
+    /// The finished request a logical span belongs to.
+    fn finished_seq_for_logical(&self, span: &SpanFacts) -> Option<Seq> {
         Grouper::keys_for_logical(span)
-            .into_iter()
-            .find(|k| self.finished.contains_key(k))
+            .iter()
+            .find_map(|k| self.finished.seq_of(k))
     }
 
     /// The group keys a logical span can belong to: by its request id, or as the attempts' parent.
-    pub fn keys_for_logical(span: &SpanFacts) -> Vec<GroupKey> {
+    pub fn keys_for_logical(span: &SpanFacts) -> LogicalKeys {
         Grouper::logical_keys(span.trace_id, span.span_id, span.request_id.as_ref())
     }
 
@@ -434,28 +436,26 @@ impl Grouper {
         trace_id: TraceId,
         span_id: SpanId,
         request_id: Option<&std::sync::Arc<str>>,
-    ) -> Vec<GroupKey> {
-        let mut keys = Vec::with_capacity(2);
-        if let Some(request_id) = request_id {
-            keys.push(GroupKey::RequestId {
+    ) -> LogicalKeys {
+        LogicalKeys {
+            by_request: request_id.map(|request_id| GroupKey::RequestId {
                 trace_id,
                 request_id: request_id.clone(),
-            });
+            }),
+            by_parent: Some(GroupKey::Parent {
+                trace_id,
+                parent_span_id: Some(span_id),
+            }),
         }
-        keys.push(GroupKey::Parent {
-            trace_id,
-            parent_span_id: Some(span_id),
-        });
-        keys
     }
 
     /// [`Grouper::keys_for_logical`] for a logical span still held, by its ids.
-    pub fn keys_for_logical_ids(&self, trace_id: TraceId, span_id: SpanId) -> Vec<GroupKey> {
+    pub fn keys_for_logical_ids(&self, trace_id: TraceId, span_id: SpanId) -> LogicalKeys {
         match self.logical_by_span.get(&(trace_id, span_id)) {
             Some(waiting) => {
                 Grouper::logical_keys(trace_id, span_id, waiting.span.request_id.as_ref())
             }
-            None => Vec::new(),
+            None => LogicalKeys::default(),
         }
     }
 
@@ -579,7 +579,7 @@ impl Grouper {
         let mut evaluated = Vec::new();
         // One lookup finds the request's earlier attempts and makes its finished entry: an
         // entry that is new holds nothing yet.
-        if let Some(entry) = self.finished_entry(key) {
+        if let Some((seq, entry)) = self.finished_entry(key) {
             let trace_id = *key.trace_id();
             let kind = match key {
                 GroupKey::Single { .. } => SpanKind::SingleAttempt,
@@ -607,8 +607,7 @@ impl Grouper {
             self.finished_bytes += bytes;
             self.finished_changes += 1;
             if let Some(l) = &logical {
-                self.finished_logical
-                    .insert((l.trace_id, l.span_id), key.clone());
+                self.finished.add_logical_id(seq, l.span_id);
             }
         }
         evaluated.extend(already_written);
@@ -630,7 +629,7 @@ impl Grouper {
     /// Remembers an evaluated request: its attempts and logical span move into the finished
     /// cache (no copy), where late retries and re-sent spans are checked against them.
     pub fn finish(&mut self, request: Request) {
-        let Some(entry) = self.finished_entry(&request.key) else {
+        let Some((seq, entry)) = self.finished_entry(&request.key) else {
             return;
         };
         let known = entry.attempts.len();
@@ -652,8 +651,10 @@ impl Grouper {
         } else {
             entry.attempts.extend(added);
         }
+        let mut logical_id = None;
         if entry.logical.is_none() {
             if let Some(logical) = request.logical {
+                logical_id = Some(logical.span_id);
                 let context = ContextSpan::of_logical(logical);
                 bytes += context.retained_bytes();
                 entry.logical = Some(Box::new(context));
@@ -662,26 +663,21 @@ impl Grouper {
         entry.bytes += bytes;
         self.finished_bytes += bytes;
         self.finished_changes += 1;
+        if let Some(id) = logical_id {
+            // Known since `take` unless the entry was evicted and made again in between.
+            self.finished.add_logical_id(seq, id);
+        }
     }
 
     /// Forgets the oldest evaluated request; `false` when none is left. Its late retries will
     /// be judged without it (`first_attempt_missing`), so this is what a tight budget costs.
     pub fn evict_finished(&mut self) -> bool {
-        while let Some(oldest) = self.finished_order.pop_front() {
-            if let Some(gone) = self.finished.remove(&oldest) {
-                self.forget_finished(&oldest, gone);
-                return true;
-            }
-        }
-        false
-    }
-
-    fn forget_finished(&mut self, key: &GroupKey, gone: Finished) {
+        let Some(gone) = self.finished.evict_oldest() else {
+            return false;
+        };
         self.finished_bytes = self.finished_bytes.saturating_sub(gone.bytes);
         self.finished_changes += 1;
-        if let Some(l) = gone.logical {
-            self.finished_logical.remove(&(*key.trace_id(), l.span_id));
-        }
+        true
     }
 
     /// How many times the finished cache has changed: equal counts, equal contents.
@@ -692,15 +688,12 @@ impl Grouper {
     /// The finished cache as a summaries file ([`summary`]), oldest request first. Requests
     /// named by one plain span are left out: no later retry can join them.
     pub fn encode_finished(&self) -> summary::Encoded {
-        let mut encoder = summary::Encoder::with_capacity(self.finished_order.len());
+        let mut encoder = summary::Encoder::with_capacity(self.finished.len());
         let mut others = Vec::new();
-        for key in &self.finished_order {
+        for (key, finished) in self.finished.iter() {
             if matches!(key, GroupKey::Single { .. }) {
                 continue;
             }
-            let Some(finished) = self.finished.get(key) else {
-                continue;
-            };
             others.clear();
             if finished.span_ids.len() > finished.attempts.len() {
                 let kept: FastSet<SpanId> = finished.attempts.iter().map(|a| a.span_id).collect();
@@ -726,7 +719,7 @@ impl Grouper {
             other_span_ids,
         } = summary;
         let trace_id = *key.trace_id();
-        let Some(entry) = self.finished_entry(&key) else {
+        let Some((seq, entry)) = self.finished_entry(&key) else {
             return;
         };
         let mut bytes = 0;
@@ -759,7 +752,7 @@ impl Grouper {
         self.finished_bytes += bytes;
         self.finished_changes += 1;
         if let Some(id) = logical_id {
-            self.finished_logical.insert((trace_id, id), key);
+            self.finished.add_logical_id(seq, id);
         }
         self.restored
             .extend(restored.into_iter().map(|id| (trace_id, id)));
@@ -777,7 +770,7 @@ impl Grouper {
         let Some(key) = GroupKey::of(span) else {
             return;
         };
-        let Some(entry) = self.finished.get_mut(&key) else {
+        let Some((_, entry)) = self.finished.get_mut(&key) else {
             return;
         };
         let mut bytes = 0;
@@ -813,46 +806,19 @@ impl Grouper {
 
     /// The finished-cache entry of `key`, made (evicting the oldest) if new; `None` when the
     /// cache is off.
-    fn finished_entry(&mut self, key: &GroupKey) -> Option<&mut Finished> {
-        if self.finished_capacity == 0 {
-            return None;
-        }
-        if self.finished.len() < self.finished_capacity {
-            // Room for one more, so nothing is evicted: one lookup finds or makes the entry. (The
-            // byte budget, not the count, bounds the cache under load.)
-            let (order, bytes, changes) = (
-                &mut self.finished_order,
-                &mut self.finished_bytes,
-                &mut self.finished_changes,
-            );
-            return Some(self.finished.entry(key.clone()).or_insert_with(|| {
-                order.push_back(key.clone());
-                *bytes += GROUP_OVERHEAD_BYTES;
-                *changes += 1;
-                Finished {
-                    bytes: GROUP_OVERHEAD_BYTES,
-                    ..Finished::default()
-                }
-            }));
-        }
-        if !self.finished.contains_key(key) {
-            while self.finished.len() >= self.finished_capacity {
-                if !self.evict_finished() {
-                    break;
-                }
-            }
-            self.finished_order.push_back(key.clone());
+    fn finished_entry(&mut self, key: &GroupKey) -> Option<(Seq, &mut Finished)> {
+        let (bytes, changes) = (&mut self.finished_bytes, &mut self.finished_changes);
+        let (seq, new) = self.finished.entry(key, |gone| {
+            *bytes = bytes.saturating_sub(gone.bytes);
+            *changes += 1;
+        })?;
+        let entry = self.finished.at(seq)?;
+        if new {
+            entry.bytes = GROUP_OVERHEAD_BYTES;
             self.finished_bytes += GROUP_OVERHEAD_BYTES;
             self.finished_changes += 1;
         }
-        Some(
-            self.finished
-                .entry(key.clone())
-                .or_insert_with(|| Finished {
-                    bytes: GROUP_OVERHEAD_BYTES,
-                    ..Finished::default()
-                }),
-        )
+        Some((seq, entry))
     }
 
     /// Every group, in key order so output is deterministic whatever the arrival order.
