@@ -188,9 +188,8 @@ impl Assembler {
         };
         match &offer {
             Offer::Attempt(key) => {
-                let key = key.clone();
-                self.touch(&key, now);
-                self.take_if_complete(&key, ready);
+                self.touch(key, now);
+                self.take_if_complete(key, ready);
                 self.enforce_cap(ready);
             }
             Offer::Logical => {

@@ -23,6 +23,20 @@ use finished::{Finished, FinishedCache, Seq};
 /// client cannot choose colliding ids.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
+/// [`FastMap`] for maps looked up by a borrowed form of a key that owns shared text: a lookup
+/// need not clone the key (an atomic increment and decrement per span).
+type KeyMap<K, V> = hashbrown::HashMap<K, V, ahash::RandomState>;
+
+/// `(trace, request id)` borrowed, to look up `logical_by_request` without cloning the id.
+/// Hashes as the owned tuple does: the trace id, then the text.
+#[derive(Hash)]
+struct RequestRef<'a>(&'a TraceId, &'a str);
+
+impl hashbrown::Equivalent<(TraceId, std::sync::Arc<str>)> for RequestRef<'_> {
+    fn equivalent(&self, key: &(TraceId, std::sync::Arc<str>)) -> bool {
+        *self.0 == key.0 && self.1 == &*key.1
+    }
+}
 
 /// What one group or finished entry costs beyond the spans it holds: its map slots (at the
 /// tables' load factor), the four or five copies of its key in the maps that index it, and
@@ -83,6 +97,13 @@ pub enum GroupKey {
     /// request inferred from it (SPEC §2, "Attempts inferred from plain instrumentation": the
     /// GenAI span of an SDK's retry loop, the first span of a run of failed sibling calls).
     Single { trace_id: TraceId, span_id: SpanId },
+}
+
+/// For [`KeyMap::entry_ref`]: the key is cloned when an entry is made.
+impl From<&GroupKey> for GroupKey {
+    fn from(key: &GroupKey) -> GroupKey {
+        key.clone()
+    }
 }
 
 impl GroupKey {
@@ -168,10 +189,10 @@ pub const MAX_ATTEMPTS_PER_REQUEST: usize = 10_000;
 /// attempts, and a span an exporter re-sends is recognised and ignored.
 #[derive(Debug, Default)]
 pub struct Grouper {
-    groups: FastMap<GroupKey, Group>,
+    groups: KeyMap<GroupKey, Group>,
     /// Boxed so that the table's slots stay small: it holds one entry per waiting request.
     logical_by_span: FastMap<(TraceId, SpanId), Box<WaitingLogical>>,
-    logical_by_request: FastMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
+    logical_by_request: KeyMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
     finished: FinishedCache,
     /// Attempts replayed from the write-ahead log whose rows a completed file already holds:
     /// context for their request, never rows again.
@@ -343,14 +364,15 @@ impl Grouper {
                     return Offer::Duplicate;
                 }
                 // One lookup both checks the pending group for a copy and finds (or makes) it.
-                let group = match self.groups.entry(key.clone()) {
-                    std::collections::hash_map::Entry::Occupied(group) => {
+                // The key is cloned only into a new group.
+                let group = match self.groups.entry_ref(&key) {
+                    hashbrown::hash_map::EntryRef::Occupied(group) => {
                         if group.get().span_ids.contains(&id) {
                             return Offer::Duplicate;
                         }
                         group.into_mut()
                     }
-                    std::collections::hash_map::Entry::Vacant(slot) => slot.insert(Group {
+                    hashbrown::hash_map::EntryRef::Vacant(slot) => slot.insert(Group {
                         bytes: GROUP_OVERHEAD_BYTES,
                         ..Group::default()
                     }),
@@ -490,7 +512,7 @@ impl Grouper {
             .saturating_sub(waiting.span.retained_bytes());
         if let Some(request_id) = &waiting.span.request_id {
             self.logical_by_request
-                .remove(&(trace_id, request_id.clone()));
+                .remove(&RequestRef(&trace_id, request_id));
         }
         true
     }
@@ -517,7 +539,7 @@ impl Grouper {
                 request_id,
             } => self
                 .logical_by_request
-                .get(&(*trace_id, request_id.clone()))
+                .get(&RequestRef(trace_id, request_id))
                 .copied()
                 .filter(|k| self.logical_by_span.contains_key(k))
                 .or_else(by_parent),
@@ -548,13 +570,18 @@ impl Grouper {
     /// were evaluated before. Its span ids count as seen from now on; hand the request back to
     /// [`Grouper::finish`] once evaluated so that late retries find its attempts.
     pub fn take(&mut self, key: &GroupKey) -> Option<Request> {
-        let Group {
-            mut attempts,
-            first_parent,
-            bytes,
-            origins,
-            ..
-        } = self.groups.remove(key)?;
+        // The map's own key becomes the request's, rather than a clone of it.
+        let (
+            owned_key,
+            Group {
+                mut attempts,
+                first_parent,
+                bytes,
+                origins,
+                ..
+            },
+        ) = self.groups.remove_entry(key)?;
+        let key = &owned_key;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         let mut logical = self
             .logical_key(key, first_parent)
@@ -565,7 +592,7 @@ impl Grouper {
             });
         if let Some(id) = logical.as_ref().and_then(|l| l.request_id.as_ref()) {
             self.logical_by_request
-                .remove(&(*key.trace_id(), id.clone()));
+                .remove(&RequestRef(key.trace_id(), id));
         }
         let mut already_written = Vec::new();
         if !self.written.is_empty() {
@@ -616,7 +643,7 @@ impl Grouper {
             GroupKey::RequestId { .. } | GroupKey::Parent { .. } => AttemptSource::Declared,
         };
         Some(Request {
-            key: key.clone(),
+            key: owned_key,
             logical,
             attempts,
             evaluated,
