@@ -91,9 +91,15 @@ impl FinishedCache {
         self.ring.len()
     }
 
+    /// Where `seq` is in the ring; `None` once it has been evicted (or never was).
+    fn index(&self, seq: u64) -> Option<usize> {
+        usize::try_from(seq.checked_sub(self.head)?)
+            .ok()
+            .filter(|&i| i < self.ring.len())
+    }
+
     fn slot(&self, seq: u64) -> Option<&Slot> {
-        seq.checked_sub(self.head)
-            .and_then(|i| self.ring.get(usize::try_from(i).ok()?))
+        self.ring.get(self.index(seq)?)
     }
 
     fn find(&self, hash: u64, key: &GroupKey) -> Option<u64> {
@@ -105,8 +111,7 @@ impl FinishedCache {
     }
 
     pub(super) fn get(&self, key: &GroupKey) -> Option<&Finished> {
-        let seq = self.find(self.hasher.hash_one(key), key)?;
-        self.slot(seq).map(|s| &s.finished)
+        self.slot(self.seq_of(key)?.0).map(|s| &s.finished)
     }
 
     #[cfg(test)]
@@ -119,13 +124,13 @@ impl FinishedCache {
     }
 
     pub(super) fn get_mut(&mut self, key: &GroupKey) -> Option<(Seq, &mut Finished)> {
-        let seq = self.find(self.hasher.hash_one(key), key)?;
-        Some((Seq(seq), self.at(Seq(seq))?))
+        let seq = self.seq_of(key)?;
+        Some((seq, self.at(seq)?))
     }
 
     /// The entry at `seq`; `None` once it has been evicted.
     pub(super) fn at(&mut self, seq: Seq) -> Option<&mut Finished> {
-        let i = usize::try_from(seq.0.checked_sub(self.head)?).ok()?;
+        let i = self.index(seq.0)?;
         self.ring.get_mut(i).map(|s| &mut s.finished)
     }
 
@@ -154,10 +159,7 @@ impl FinishedCache {
             key: key.clone(),
             finished: Finished::default(),
         });
-        if self.by_key.len() > 2 * self.ring.len() + SWEEP_SLACK {
-            let head = self.head;
-            self.by_key.retain(|&mut (_, seq)| seq >= head);
-        }
+        sweep(&mut self.by_key, self.ring.len(), self.head);
         self.by_key.insert_unique(hash, (hash, seq), |&(h, _)| h);
         Some((Seq(seq), true))
     }
@@ -173,10 +175,7 @@ impl FinishedCache {
     /// Records that the entry at `seq` holds the logical span `id`, so a copy of it sent
     /// again is known ([`FinishedCache::holds_logical`]).
     pub(super) fn add_logical_id(&mut self, seq: Seq, id: SpanId) {
-        let Some(i) = seq.0.checked_sub(self.head).map(|i| i as usize) else {
-            return;
-        };
-        let Some(slot) = self.ring.get_mut(i) else {
+        let Some(slot) = self.index(seq.0).and_then(|i| self.ring.get_mut(i)) else {
             return;
         };
         let finished = &mut slot.finished;
@@ -189,10 +188,7 @@ impl FinishedCache {
         }
         let hash = self.hasher.hash_one((slot.key.trace_id(), &id));
         self.live_logical += 1;
-        if self.by_logical.len() > 2 * self.live_logical + SWEEP_SLACK {
-            let head = self.head;
-            self.by_logical.retain(|&mut (_, seq)| seq >= head);
-        }
+        sweep(&mut self.by_logical, self.live_logical, self.head);
         self.by_logical
             .insert_unique(hash, (hash, seq.0), |&(h, _)| h);
     }
@@ -216,6 +212,14 @@ impl FinishedCache {
     /// Every entry, oldest first.
     pub(super) fn iter(&self) -> impl Iterator<Item = (&GroupKey, &Finished)> {
         self.ring.iter().map(|s| (&s.key, &s.finished))
+    }
+}
+
+/// Drops the index entries of evicted requests (behind `head`) once they outnumber the `live`
+/// ones by more than [`SWEEP_SLACK`].
+fn sweep(index: &mut HashTable<(u64, u64)>, live: usize, head: u64) {
+    if index.len() > 2 * live + SWEEP_SLACK {
+        index.retain(|&mut (_, seq)| seq >= head);
     }
 }
 
