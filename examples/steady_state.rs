@@ -25,7 +25,8 @@ use retry_spend_collector::processor::{Arrival, Processor};
 
 /// The collector's allocator, so allocation costs what it costs in `serve`.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: retry_spend_collector::allocator::Mimalloc =
+    retry_spend_collector::allocator::Mimalloc;
 
 /// Copies of the example spans per round.
 const COPIES: u32 = 20;

@@ -6,6 +6,7 @@
 
 pub use retry_spend_core::{assemble, contract, engine, policy, pricing, processor, record, rules};
 
+pub mod allocator;
 pub mod config;
 pub mod config_kernel;
 pub mod crash;

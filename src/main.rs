@@ -30,7 +30,8 @@ use retry_spend_collector::sinks::parquet::{ObjectStoreConfig, Output};
 /// each purge, and the kernel zeroing those pages was 28% of `replay` (BENCHMARKS.md).
 #[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: retry_spend_collector::allocator::Mimalloc =
+    retry_spend_collector::allocator::Mimalloc;
 
 /// mimalloc's `mi_option_purge_delay` (v3's option enum; the crate names no constant for it).
 #[cfg(not(feature = "system-allocator"))]
