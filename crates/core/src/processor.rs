@@ -88,6 +88,10 @@ pub struct Processor {
     counts: Counts,
 }
 
+/// Past this many slots the ready queue's buffer is let go after a call, so that one burst
+/// (a drain at shutdown, a budget evicting) does not hold its memory for good.
+const KEPT_READY_CAPACITY: usize = 4096;
+
 impl Processor {
     pub fn new(engine: Engine, assembler: Assembler) -> Processor {
         Processor {
@@ -167,7 +171,10 @@ impl Processor {
             consumed_origins: ready.consumed_origins.take(),
             ..Evaluated::default()
         };
-        let mut requests = std::mem::take(&mut ready.requests).into_iter().peekable();
+        // The queue's buffer is kept for the next offers: made afresh, it grew by doubling
+        // (copying requests of hundreds of bytes) after every call.
+        let mut batch = std::mem::take(&mut ready.requests);
+        let mut requests = batch.drain(..).peekable();
         while let Some(request) =
             requests.next_if(|r| rows.is_empty() || rows.len() + r.attempts.len() <= row_limit)
         {
@@ -181,12 +188,11 @@ impl Processor {
             done.requests += 1;
             self.assembler.finish(request);
         }
-        // Whatever is left stays first in line, ahead of what later offers make ready.
-        let left: Vec<Request> = requests.collect();
-        done.more = !left.is_empty();
-        if done.more {
-            let later = std::mem::replace(&mut self.ready.requests, left);
-            self.ready.requests.extend(later);
+        // Whatever is left stays first in line; nothing was offered meanwhile.
+        self.ready.requests.extend(requests);
+        done.more = !self.ready.requests.is_empty();
+        if !done.more && batch.capacity() <= KEPT_READY_CAPACITY {
+            self.ready.requests = batch;
         }
         self.counts.requests += done.requests;
         self.counts.evicted += done.evicted;
