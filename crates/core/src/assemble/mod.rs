@@ -575,6 +575,7 @@ impl Grouper {
             owned_key,
             Group {
                 mut attempts,
+                span_ids,
                 first_parent,
                 bytes,
                 origins,
@@ -623,11 +624,17 @@ impl Grouper {
                     .as_deref()
                     .map(|l| l.to_facts(trace_id, SpanKind::LogicalRequest));
             }
-            // Ids now, so a copy arriving before `finish` is still a duplicate.
-            let ids = already_written.iter().chain(&attempts).map(|a| a.span_id);
+            // Ids now, so a copy arriving before `finish` is still a duplicate. A new entry
+            // takes the group's own list: the same ids in the same order when none was
+            // written before (the group adds an id with each attempt).
             let before = entry.span_ids.len();
-            for id in ids {
-                entry.span_ids.insert(id);
+            if before == 0 && already_written.is_empty() {
+                entry.span_ids = span_ids;
+            } else {
+                let ids = already_written.iter().chain(&attempts).map(|a| a.span_id);
+                for id in ids {
+                    entry.span_ids.insert(id);
+                }
             }
             let bytes = (entry.span_ids.len() - before) * SPAN_ID_BYTES;
             entry.bytes += bytes;
