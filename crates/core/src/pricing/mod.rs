@@ -3,6 +3,7 @@
 pub mod age;
 mod book;
 mod error;
+mod fixed;
 mod snapshot;
 
 pub use book::PricingBook;
@@ -45,14 +46,23 @@ pub fn cost_usd(price: &ModelPrice, group_ratio: Decimal, usage: Usage) -> Optio
         .checked_sub(usage.cache_write)
         .filter(|n| *n >= 0)?;
     let prices = price.prices_for(usage.input);
+    let counts = [uncached, usage.cached, usage.cache_write, usage.output];
+    fixed::cost_usd(&prices, group_ratio, counts)
+        .or_else(|| cost_by_decimals(&prices, group_ratio, counts))
+}
+
+/// [`cost_usd`] of chosen prices and checked counts (`[uncached, cached, cache_write,
+/// output]`) in `rust_decimal`, step by step, refusing any step that rounds.
+fn cost_by_decimals(prices: &Prices, group_ratio: Decimal, counts: [i64; 4]) -> Option<Decimal> {
+    let [uncached, cached, cache_write, output] = counts;
     // A snapshot may write "0.3190000000" with zeros past its 10 places; they are no digits, and
     // counting them could push an exact product past a decimal's 28 places.
     let term = |count: i64, price: Decimal| mul_exact(Decimal::from(count), price.normalize());
     let group_ratio = group_ratio.normalize();
     let per_million = [
-        term(usage.cached, prices.cached_input)?,
-        term(usage.cache_write, prices.cache_write)?,
-        term(usage.output, prices.output)?,
+        term(cached, prices.cached_input)?,
+        term(cache_write, prices.cache_write)?,
+        term(output, prices.output)?,
     ]
     .into_iter()
     .try_fold(term(uncached, prices.input)?, add_exact)?;
