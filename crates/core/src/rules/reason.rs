@@ -1,7 +1,5 @@
 //! `decision_reason`: one sentence a support engineer can read to a customer.
 
-use std::fmt::Write;
-
 use rust_decimal::Decimal;
 
 use crate::record::{AttemptRow, Decision, Violation};
@@ -10,82 +8,110 @@ pub fn sentence(row: &AttemptRow) -> String {
     let model = row.retry_model.as_deref().unwrap_or("an unnamed model");
     let k = row.attempt_index;
     // The longest sentences (within the envelope, with three amounts) pass 128 bytes: sized
-    // once, so the text is never copied into a larger buffer as it grows.
-    let mut s = String::with_capacity(192);
-    // Writing into a String cannot fail.
-    let _ = match row.decision {
-        Decision::FirstAttempt => write!(s, "first attempt of {model}"),
-        Decision::ReplayUnsafe => write!(
-            s,
-            "retry {k} of {model} replays a request whose partial output already reached the client, and the envelope is not replay_safe"
+    // once, so the text is never copied into a larger buffer as it grows. Written piece by
+    // piece: `write!` through `fmt::write` cost twice as much for text that is mostly fixed.
+    let mut s = Sentence(String::with_capacity(192));
+    match row.decision {
+        Decision::FirstAttempt => s.text("first attempt of ").text(model),
+        Decision::ReplayUnsafe => s.retry(k, model).text(
+            " replays a request whose partial output already reached the client, and the envelope is not replay_safe",
         ),
-        Decision::OverAttempts => write!(
-            s,
-            "retry {k} of {model} exceeds the envelope's limit of {} attempts after the first",
-            row.max_attempts_after_first.unwrap_or_default()
-        ),
-        Decision::RoutingDrift => write_drift(&mut s, row, model),
-        Decision::Unaudited => write!(
-            s,
-            "retry {k} of {model} is unaudited: {}",
-            row.unaudited_reason.map_or("unknown", |r| r.as_str())
-        ),
-        Decision::OverEnvelope => write!(
-            s,
-            "retry {k} of {model} would bring incremental spend to {} USD, over the {} envelope",
-            usd(row.cumulative_incremental_usd),
-            usd(row.max_incremental_usd)
-        ),
-        Decision::WithinEnvelope => write!(
-            s,
-            "retry {k} of {model} brings incremental spend to {} USD, within the {} envelope ({} USD left)",
-            usd(row.cumulative_incremental_usd),
-            usd(row.max_incremental_usd),
-            usd(row.remaining_envelope_usd)
-        ),
+        Decision::OverAttempts => s
+            .retry(k, model)
+            .text(" exceeds the envelope's limit of ")
+            .int(row.max_attempts_after_first.unwrap_or_default())
+            .text(" attempts after the first"),
+        Decision::RoutingDrift => drift(&mut s, row, model),
+        Decision::Unaudited => s
+            .retry(k, model)
+            .text(" is unaudited: ")
+            .text(row.unaudited_reason.map_or("unknown", |r| r.as_str())),
+        Decision::OverEnvelope => s
+            .retry(k, model)
+            .text(" would bring incremental spend to ")
+            .usd(row.cumulative_incremental_usd)
+            .text(" USD, over the ")
+            .usd(row.max_incremental_usd)
+            .text(" envelope"),
+        Decision::WithinEnvelope => s
+            .retry(k, model)
+            .text(" brings incremental spend to ")
+            .usd(row.cumulative_incremental_usd)
+            .text(" USD, within the ")
+            .usd(row.max_incremental_usd)
+            .text(" envelope (")
+            .usd(row.remaining_envelope_usd)
+            .text(" USD left)"),
     };
     if row.decision == Decision::FirstAttempt {
         if row.violations.contains(&Violation::RoutingDrift) {
-            let _ = write!(
-                s,
-                ", served as {}",
-                row.response_model.as_deref().unwrap_or("another model")
-            );
+            s.text(", served as ")
+                .text(row.response_model.as_deref().unwrap_or("another model"));
         }
         if let Some(reason) = row.unaudited_reason {
-            let _ = write!(s, " (unaudited: {reason})");
+            s.text(" (unaudited: ").text(reason.as_str()).text(")");
         }
     }
-    s
+    s.0
 }
 
-fn write_drift(s: &mut String, row: &AttemptRow, model: &str) -> std::fmt::Result {
-    let k = row.attempt_index;
+fn drift<'s>(s: &'s mut Sentence, row: &AttemptRow, model: &str) -> &'s mut Sentence {
     match (&row.original_family, &row.retry_family) {
-        (Some(from), Some(to)) if from != to => write!(
-            s,
-            "retry {k} of {model} moved from the {from} family to {to}, which the envelope does not allow"
-        ),
-        _ => write!(
-            s,
-            "retry {k} requested {model} but was served by {}",
-            row.response_model.as_deref().unwrap_or("another model")
-        ),
+        (Some(from), Some(to)) if from != to => s
+            .retry(row.attempt_index, model)
+            .text(" moved from the ")
+            .text(from)
+            .text(" family to ")
+            .text(to)
+            .text(", which the envelope does not allow"),
+        _ => s
+            .text("retry ")
+            .int(row.attempt_index)
+            .text(" requested ")
+            .text(model)
+            .text(" but was served by ")
+            .text(row.response_model.as_deref().unwrap_or("another model")),
     }
 }
 
-/// An amount as the sentence quotes it, written in place (no `String` of its own).
-fn usd(value: Option<Decimal>) -> Usd {
-    Usd(value)
-}
+/// A sentence being written.
+struct Sentence(String);
 
-struct Usd(Option<Decimal>);
+impl Sentence {
+    fn text(&mut self, text: &str) -> &mut Sentence {
+        self.0.push_str(text);
+        self
+    }
 
-impl std::fmt::Display for Usd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(d) => f.write_str(plain_decimal(d, &mut [0; PLAIN_DECIMAL_BYTES])),
-            None => f.write_str("an unknown"),
+    /// "retry {k} of {model}", how most sentences start.
+    fn retry(&mut self, k: i32, model: &str) -> &mut Sentence {
+        self.text("retry ").int(k).text(" of ").text(model)
+    }
+
+    fn int(&mut self, n: i32) -> &mut Sentence {
+        let mut buf = [0u8; 12];
+        let mut at = buf.len();
+        let mut rest = n.unsigned_abs();
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        if n < 0 {
+            at -= 1;
+            buf[at] = b'-';
+        }
+        // Only ASCII digits and '-' were written.
+        self.text(std::str::from_utf8(&buf[at..]).unwrap_or_default())
+    }
+
+    fn usd(&mut self, value: Option<Decimal>) -> &mut Sentence {
+        match value {
+            Some(d) => self.text(plain_decimal(d, &mut [0; PLAIN_DECIMAL_BYTES])),
+            None => self.text("an unknown"),
         }
     }
 }
@@ -145,7 +171,90 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::UnauditedReason;
     use proptest::prelude::*;
+
+    use std::fmt::Write;
+
+    /// The sentence as `write!` wrote it before, to check the pieces against.
+    fn sentence_by_format(row: &AttemptRow) -> String {
+        let model = row.retry_model.as_deref().unwrap_or("an unnamed model");
+        let k = row.attempt_index;
+        // The longest sentences (within the envelope, with three amounts) pass 128 bytes: sized
+        // once, so the text is never copied into a larger buffer as it grows.
+        let mut s = String::with_capacity(192);
+        // Writing into a String cannot fail.
+        let _ = match row.decision {
+            Decision::FirstAttempt => write!(s, "first attempt of {model}"),
+            Decision::ReplayUnsafe => write!(
+                s,
+                "retry {k} of {model} replays a request whose partial output already reached the client, and the envelope is not replay_safe"
+            ),
+            Decision::OverAttempts => write!(
+                s,
+                "retry {k} of {model} exceeds the envelope's limit of {} attempts after the first",
+                row.max_attempts_after_first.unwrap_or_default()
+            ),
+            Decision::RoutingDrift => write_drift_by_format(&mut s, row, model),
+            Decision::Unaudited => write!(
+                s,
+                "retry {k} of {model} is unaudited: {}",
+                row.unaudited_reason.map_or("unknown", |r| r.as_str())
+            ),
+            Decision::OverEnvelope => write!(
+                s,
+                "retry {k} of {model} would bring incremental spend to {} USD, over the {} envelope",
+                Usd(row.cumulative_incremental_usd),
+                Usd(row.max_incremental_usd)
+            ),
+            Decision::WithinEnvelope => write!(
+                s,
+                "retry {k} of {model} brings incremental spend to {} USD, within the {} envelope ({} USD left)",
+                Usd(row.cumulative_incremental_usd),
+                Usd(row.max_incremental_usd),
+                Usd(row.remaining_envelope_usd)
+            ),
+        };
+        if row.decision == Decision::FirstAttempt {
+            if row.violations.contains(&Violation::RoutingDrift) {
+                let _ = write!(
+                    s,
+                    ", served as {}",
+                    row.response_model.as_deref().unwrap_or("another model")
+                );
+            }
+            if let Some(reason) = row.unaudited_reason {
+                let _ = write!(s, " (unaudited: {reason})");
+            }
+        }
+        s
+    }
+
+    fn write_drift_by_format(s: &mut String, row: &AttemptRow, model: &str) -> std::fmt::Result {
+        let k = row.attempt_index;
+        match (&row.original_family, &row.retry_family) {
+            (Some(from), Some(to)) if from != to => write!(
+                s,
+                "retry {k} of {model} moved from the {from} family to {to}, which the envelope does not allow"
+            ),
+            _ => write!(
+                s,
+                "retry {k} requested {model} but was served by {}",
+                row.response_model.as_deref().unwrap_or("another model")
+            ),
+        }
+    }
+
+    struct Usd(Option<Decimal>);
+
+    impl std::fmt::Display for Usd {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self.0 {
+                Some(d) => write!(f, "{}", d.normalize()),
+                None => f.write_str("an unknown"),
+            }
+        }
+    }
 
     fn check(d: Decimal) {
         assert_eq!(
@@ -179,6 +288,57 @@ mod tests {
         ] {
             check(text.parse().expect("a decimal"));
         }
+    }
+
+    /// Every decision, with and without each optional piece, reads as `write!` wrote it.
+    #[test]
+    fn the_sentence_reads_as_it_did_with_write() {
+        let amounts = [
+            None,
+            Some(Decimal::ZERO),
+            Some(Decimal::new(-125, 4)),
+            Some(Decimal::new(5, 2)),
+        ];
+        let mut checked = 0;
+        for &decision in Decision::ALL {
+            for model in [None, Some("gpt-4o")] {
+                for k in [0, 3, -1, -7, i32::MIN, i32::MAX] {
+                    for (i, &amount) in amounts.iter().enumerate() {
+                        for reason in [
+                            None,
+                            Some(UnauditedReason::ALL[i % UnauditedReason::ALL.len()]),
+                        ] {
+                            for drifted in [false, true] {
+                                for families in [
+                                    (None, None),
+                                    (Some("gpt"), Some("gpt")),
+                                    (Some("gpt"), Some("claude")),
+                                ] {
+                                    let mut row = AttemptRow::blank();
+                                    row.decision = decision;
+                                    row.retry_model = model.map(Into::into);
+                                    row.response_model = drifted.then(|| "gpt-4o-mini".into());
+                                    row.attempt_index = k;
+                                    row.max_attempts_after_first = amount.map(|_| k);
+                                    row.unaudited_reason = reason;
+                                    row.cumulative_incremental_usd = amount;
+                                    row.max_incremental_usd = amounts[(i + 1) % amounts.len()];
+                                    row.remaining_envelope_usd = amounts[(i + 2) % amounts.len()];
+                                    row.original_family = families.0.map(Into::into);
+                                    row.retry_family = families.1.map(Into::into);
+                                    if drifted {
+                                        row.violations.push(Violation::RoutingDrift);
+                                    }
+                                    assert_eq!(sentence(&row), sentence_by_format(&row), "{row:?}");
+                                    checked += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, Decision::ALL.len() * 2 * 6 * 4 * 2 * 2 * 3);
     }
 
     proptest! {
