@@ -31,6 +31,7 @@ use rust_decimal::Decimal;
 use super::GroupKey;
 use crate::contract::{
     CapturedAttributes, Count, EnvelopeFields, SpanFacts, SpanId, SpanKind, Symbol, TraceId,
+    UsageOrigin,
 };
 
 /// What an evaluated span must keep to be a later retry's earlier attempt (or, for a logical
@@ -115,7 +116,17 @@ impl ContextSpan {
             error_type: None,
             sdk: None,
             captured: self.captured.clone(),
-            ..SpanFacts::default()
+            // The rest as a freshly read span has them, written out: `SpanFacts::default()`
+            // would allocate a service name only to drop it.
+            cache_write_input_tokens: Count::Missing,
+            failed: false,
+            status_error: false,
+            http: None,
+            declared: false,
+            scope: None,
+            server_address: None,
+            resend_count: None,
+            usage_origin: UsageOrigin::Span,
         }
     }
 

@@ -251,3 +251,19 @@ fn a_finished_request_costs_a_fraction_of_its_spans() {
     let restored = decode(&grouper.encode_finished().to_vec()).unwrap();
     assert_eq!(restored.len(), REQUESTS);
 }
+
+/// What a context does not keep comes back as a freshly read span has it.
+#[test]
+fn a_context_read_back_has_the_defaults_of_a_fresh_span() {
+    let span = SpanFacts {
+        trace_id: [7; 16],
+        span_id: [3; 8],
+        start_time_unix_nano: 5,
+        end_time_unix_nano: 5,
+        kind: SpanKind::Attempt,
+        attempt_index: Some(2),
+        ..SpanFacts::default()
+    };
+    let back = ContextSpan::of_attempt(span.clone()).to_facts([7; 16], SpanKind::Attempt);
+    assert_eq!(back, span);
+}
