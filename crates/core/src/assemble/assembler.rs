@@ -181,15 +181,20 @@ impl Assembler {
                 span.span_id,
             )
         });
-        let offer = if written {
-            self.grouper.offer_written(span, origin)
+        // An attempt's group takes this deadline in the same lookup that adds the attempt.
+        let seq = self.sequence + 1;
+        let (offer, complete) = if written {
+            self.grouper.offer_written_touching(span, origin, Some(seq))
         } else {
-            self.grouper.offer_from(span, origin)
+            self.grouper.offer_touching(span, origin, Some(seq))
         };
         match &offer {
             Offer::Attempt(key) => {
-                self.touch(key, now);
-                self.take_if_complete(key, ready);
+                self.sequence = seq;
+                self.push_deadline(key, seq, now);
+                if complete {
+                    self.take(key, ready);
+                }
                 self.enforce_cap(ready);
             }
             Offer::Logical => {
@@ -332,16 +337,20 @@ impl Assembler {
 
     fn touch(&mut self, key: &GroupKey, now: Instant) {
         self.sequence += 1;
-        if !self.grouper.set_deadline_seq(key, self.sequence) {
-            return;
+        if self.grouper.set_deadline_seq(key, self.sequence) {
+            self.push_deadline(key, self.sequence, now);
         }
+    }
+
+    /// Queues the deadline `seq` of a pending group, whose wait starts `now`.
+    fn push_deadline(&mut self, key: &GroupKey, seq: u64, now: Instant) {
         // A caller whose clock went back would break the order: its deadline waits for the
         // latest one instead.
         let at = now + self.options.group_wait;
         let at = self.deadlines.back().map_or(at, |last| last.at.max(at));
         self.deadlines.push_back(Deadline {
             at,
-            seq: self.sequence,
+            seq,
             key: key.clone(),
         });
         // Stale entries leave from the front as time passes; `replay`'s time stands still, so

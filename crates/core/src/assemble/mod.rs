@@ -348,12 +348,25 @@ impl Grouper {
 
     /// [`Grouper::offer`] of a span from the driver's record `origin` (see [`Origins`]).
     pub fn offer_from(&mut self, span: SpanFacts, origin: Option<u64>) -> Offer {
-        match span.kind {
+        self.offer_touching(span, origin, None).0
+    }
+
+    /// [`Grouper::offer_from`] that, when the span joins a group, records `deadline_seq` (if
+    /// any) as the group's latest deadline (see [`Grouper::is_deadline_of`]) and says whether the group
+    /// is now complete ([`Grouper::is_complete`]): what the [`Assembler`] asks after every
+    /// attempt, answered with the one lookup of the group the offer makes anyway.
+    pub(super) fn offer_touching(
+        &mut self,
+        span: SpanFacts,
+        origin: Option<u64>,
+        deadline_seq: Option<u64>,
+    ) -> (Offer, bool) {
+        let offer = match span.kind {
             SpanKind::Passthrough | SpanKind::HttpTry | SpanKind::CallSpan => Offer::Passthrough,
             SpanKind::LogicalRequest => self.offer_logical(span, origin),
             SpanKind::Attempt | SpanKind::SingleAttempt | SpanKind::DeclaredSingle => {
                 let Some(key) = GroupKey::of(&span) else {
-                    return Offer::Passthrough;
+                    return (Offer::Passthrough, false);
                 };
                 let id = span.span_id;
                 if self
@@ -361,14 +374,14 @@ impl Grouper {
                     .get(&key)
                     .is_some_and(|f| f.span_ids.contains(&id))
                 {
-                    return Offer::Duplicate;
+                    return (Offer::Duplicate, false);
                 }
                 // One lookup both checks the pending group for a copy and finds (or makes) it.
                 // The key is cloned only into a new group.
                 let group = match self.groups.entry_ref(&key) {
                     hashbrown::hash_map::EntryRef::Occupied(group) => {
                         if group.get().span_ids.contains(&id) {
-                            return Offer::Duplicate;
+                            return (Offer::Duplicate, false);
                         }
                         group.into_mut()
                     }
@@ -394,19 +407,40 @@ impl Grouper {
                 group.origins = Origins::widen_optional(group.origins, origin.map(Origins::single));
                 group.first_parent = group.first_parent.or(span.parent_span_id);
                 group.attempts.push(span);
-                Offer::Attempt(key)
+                if let Some(seq) = deadline_seq {
+                    group.deadline_seq = seq;
+                }
+                let complete = matches!(key, GroupKey::Single { .. })
+                    || Grouper::has_all_attempts(
+                        &self.logical_by_request,
+                        &self.logical_by_span,
+                        &key,
+                        group,
+                    );
+                return (Offer::Attempt(key), complete);
             }
-        }
+        };
+        (offer, false)
     }
 
     /// Offers an attempt whose row is already in a completed file (crash recovery).
     pub fn offer_written(&mut self, span: SpanFacts, origin: Option<u64>) -> Offer {
+        self.offer_written_touching(span, origin, None).0
+    }
+
+    /// [`Grouper::offer_written`] as [`Grouper::offer_touching`] offers.
+    pub(super) fn offer_written_touching(
+        &mut self,
+        span: SpanFacts,
+        origin: Option<u64>,
+        deadline_seq: Option<u64>,
+    ) -> (Offer, bool) {
         let id = (span.trace_id, span.span_id);
-        let offer = self.offer_from(span, origin);
-        if matches!(offer, Offer::Attempt(_)) {
+        let offered = self.offer_touching(span, origin, deadline_seq);
+        if matches!(offered.0, Offer::Attempt(_)) {
             self.written.insert(id);
         }
-        offer
+        offered
     }
 
     fn offer_logical(&mut self, span: SpanFacts, origin: Option<u64>) -> Offer {
@@ -528,20 +562,34 @@ impl Grouper {
         key: &GroupKey,
         first_parent: Option<SpanId>,
     ) -> Option<(TraceId, SpanId)> {
+        Grouper::waiting_logical_key(
+            &self.logical_by_request,
+            &self.logical_by_span,
+            key,
+            first_parent,
+        )
+    }
+
+    /// [`Grouper::logical_key`] over the two maps it reads, for callers that hold a group.
+    fn waiting_logical_key(
+        logical_by_request: &KeyMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
+        logical_by_span: &FastMap<(TraceId, SpanId), Box<WaitingLogical>>,
+        key: &GroupKey,
+        first_parent: Option<SpanId>,
+    ) -> Option<(TraceId, SpanId)> {
         let by_parent = || {
             first_parent
                 .map(|parent| (*key.trace_id(), parent))
-                .filter(|k| self.logical_by_span.contains_key(k))
+                .filter(|k| logical_by_span.contains_key(k))
         };
         match key {
             GroupKey::RequestId {
                 trace_id,
                 request_id,
-            } => self
-                .logical_by_request
+            } => logical_by_request
                 .get(&RequestRef(trace_id, request_id))
                 .copied()
-                .filter(|k| self.logical_by_span.contains_key(k))
+                .filter(|k| logical_by_span.contains_key(k))
                 .or_else(by_parent),
             GroupKey::Parent { .. } => by_parent(),
             GroupKey::Single { .. } => None,
@@ -554,14 +602,23 @@ impl Grouper {
         if matches!(key, GroupKey::Single { .. }) {
             return self.groups.contains_key(key);
         }
-        let Some(group) = self.groups.get(key) else {
-            return false;
-        };
+        self.groups.get(key).is_some_and(|group| {
+            Grouper::has_all_attempts(&self.logical_by_request, &self.logical_by_span, key, group)
+        })
+    }
+
+    /// [`Grouper::is_complete`] of a pending group of declared attempts.
+    fn has_all_attempts(
+        logical_by_request: &KeyMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
+        logical_by_span: &FastMap<(TraceId, SpanId), Box<WaitingLogical>>,
+        key: &GroupKey,
+        group: &Group,
+    ) -> bool {
         if group.attempts.len() >= MAX_ATTEMPTS_PER_REQUEST {
             return true;
         }
-        self.logical_key(key, group.first_parent)
-            .and_then(|k| self.logical_by_span.get(&k))
+        Grouper::waiting_logical_key(logical_by_request, logical_by_span, key, group.first_parent)
+            .and_then(|k| logical_by_span.get(&k))
             .and_then(|l| l.span.attempt_count)
             .is_some_and(|n| group.attempts.len() >= n as usize)
     }
