@@ -556,43 +556,27 @@ impl Grouper {
         self.logical_by_span.contains_key(&(trace_id, span_id))
     }
 
-    /// `first_parent`: the parent span id of the group's first attempt that names one.
-    fn logical_key(
-        &self,
-        key: &GroupKey,
-        first_parent: Option<SpanId>,
-    ) -> Option<(TraceId, SpanId)> {
-        Grouper::waiting_logical_key(
-            &self.logical_by_request,
-            &self.logical_by_span,
-            key,
-            first_parent,
-        )
-    }
-
-    /// [`Grouper::logical_key`] over the two maps it reads, for callers that hold a group.
-    fn waiting_logical_key(
+    /// The ids the group's waiting logical span may have, in the order they are tried: the one
+    /// registered under its request id, then the parent of its first attempt that names one
+    /// (`first_parent`). Each is looked up once where it is used, never checked first.
+    fn logical_candidates(
         logical_by_request: &KeyMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
-        logical_by_span: &FastMap<(TraceId, SpanId), Box<WaitingLogical>>,
         key: &GroupKey,
         first_parent: Option<SpanId>,
-    ) -> Option<(TraceId, SpanId)> {
-        let by_parent = || {
-            first_parent
-                .map(|parent| (*key.trace_id(), parent))
-                .filter(|k| logical_by_span.contains_key(k))
-        };
+    ) -> [Option<(TraceId, SpanId)>; 2] {
+        let by_parent = first_parent.map(|parent| (*key.trace_id(), parent));
         match key {
             GroupKey::RequestId {
                 trace_id,
                 request_id,
-            } => logical_by_request
-                .get(&RequestRef(trace_id, request_id))
-                .copied()
-                .filter(|k| logical_by_span.contains_key(k))
-                .or_else(by_parent),
-            GroupKey::Parent { .. } => by_parent(),
-            GroupKey::Single { .. } => None,
+            } => [
+                logical_by_request
+                    .get(&RequestRef(trace_id, request_id))
+                    .copied(),
+                by_parent,
+            ],
+            GroupKey::Parent { .. } => [None, by_parent],
+            GroupKey::Single { .. } => [None, None],
         }
     }
 
@@ -617,8 +601,10 @@ impl Grouper {
         if group.attempts.len() >= MAX_ATTEMPTS_PER_REQUEST {
             return true;
         }
-        Grouper::waiting_logical_key(logical_by_request, logical_by_span, key, group.first_parent)
-            .and_then(|k| logical_by_span.get(&k))
+        Grouper::logical_candidates(logical_by_request, key, group.first_parent)
+            .into_iter()
+            .flatten()
+            .find_map(|k| logical_by_span.get(&k))
             .and_then(|l| l.span.attempt_count)
             .is_some_and(|n| group.attempts.len() >= n as usize)
     }
@@ -641,9 +627,10 @@ impl Grouper {
         ) = self.groups.remove_entry(key)?;
         let key = &owned_key;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
-        let mut logical = self
-            .logical_key(key, first_parent)
-            .and_then(|k| self.logical_by_span.remove(&k))
+        let mut logical = Grouper::logical_candidates(&self.logical_by_request, key, first_parent)
+            .into_iter()
+            .flatten()
+            .find_map(|k| self.logical_by_span.remove(&k))
             .map(|l| {
                 self.pending_bytes = self.pending_bytes.saturating_sub(l.span.retained_bytes());
                 l.span.to_facts(*key.trace_id(), SpanKind::LogicalRequest)
