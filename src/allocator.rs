@@ -28,25 +28,13 @@ unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as for the impl.
-        unsafe {
-            if layout.align() <= ALWAYS_ALIGNED {
-                mi::mi_malloc(layout.size()).cast()
-            } else {
-                mi::mi_malloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        unsafe { by_alignment(layout, mi::mi_malloc, mi::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as for the impl.
-        unsafe {
-            if layout.align() <= ALWAYS_ALIGNED {
-                mi::mi_zalloc(layout.size()).cast()
-            } else {
-                mi::mi_zalloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        unsafe { by_alignment(layout, mi::mi_zalloc, mi::mi_zalloc_aligned) }
     }
 
     #[inline]
@@ -64,6 +52,28 @@ unsafe impl GlobalAlloc for Mimalloc {
             } else {
                 mi::mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align()).cast()
             }
+        }
+    }
+}
+
+/// A block for `layout` from `plain` when every mimalloc block is aligned enough, else from
+/// `aligned`.
+///
+/// # Safety
+/// As `GlobalAlloc::alloc`: `layout` has a nonzero size.
+#[inline]
+unsafe fn by_alignment(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: both are mimalloc's allocation functions, called with the layout's size (and
+    // alignment, a power of two).
+    unsafe {
+        if layout.align() <= ALWAYS_ALIGNED {
+            plain(layout.size()).cast()
+        } else {
+            aligned(layout.size(), layout.align()).cast()
         }
     }
 }

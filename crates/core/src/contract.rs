@@ -294,7 +294,48 @@ pub struct SpanFacts {
 impl Default for SpanFacts {
     /// A passthrough span of no service with nothing read: a base for tests and tools.
     fn default() -> Self {
-        FactsReader::new(Arc::from(attr::UNKNOWN_SERVICE)).facts
+        SpanFacts::blank(Arc::from(attr::UNKNOWN_SERVICE))
+    }
+}
+
+impl SpanFacts {
+    /// A passthrough span of `service_name` with nothing read: what a reader starts from.
+    pub fn blank(service_name: Arc<str>) -> SpanFacts {
+        SpanFacts {
+            trace_id: [0; 16],
+            span_id: [0; 8],
+            parent_span_id: None,
+            service_name,
+            start_time_unix_nano: 0,
+            end_time_unix_nano: 0,
+            kind: SpanKind::Passthrough,
+            request_id: None,
+            attempt_index: None,
+            attempt_count: None,
+            envelope: EnvelopeFields::empty(),
+            envelope_json: None,
+            request_model: None,
+            response_model: None,
+            provider: None,
+            model_family: None,
+            input_tokens: Count::Missing,
+            cached_input_tokens: Count::Missing,
+            cache_write_input_tokens: Count::Missing,
+            output_tokens: Count::Missing,
+            output_cap: Count::Missing,
+            output_reached_client: None,
+            error_type: None,
+            failed: false,
+            status_error: false,
+            sdk: None,
+            captured: CapturedAttributes::default(),
+            http: None,
+            declared: false,
+            scope: None,
+            server_address: None,
+            resend_count: None,
+            usage_origin: UsageOrigin::Span,
+        }
     }
 }
 
@@ -786,41 +827,7 @@ pub struct FactsReader {
 impl FactsReader {
     pub fn new(service_name: Arc<str>) -> FactsReader {
         FactsReader {
-            facts: SpanFacts {
-                trace_id: [0; 16],
-                span_id: [0; 8],
-                parent_span_id: None,
-                service_name,
-                start_time_unix_nano: 0,
-                end_time_unix_nano: 0,
-                kind: SpanKind::Passthrough,
-                request_id: None,
-                attempt_index: None,
-                attempt_count: None,
-                envelope: EnvelopeFields::empty(),
-                envelope_json: None,
-                request_model: None,
-                response_model: None,
-                provider: None,
-                model_family: None,
-                input_tokens: Count::Missing,
-                cached_input_tokens: Count::Missing,
-                cache_write_input_tokens: Count::Missing,
-                output_tokens: Count::Missing,
-                output_cap: Count::Missing,
-                output_reached_client: None,
-                error_type: None,
-                failed: false,
-                status_error: false,
-                sdk: None,
-                captured: CapturedAttributes::default(),
-                http: None,
-                declared: false,
-                scope: None,
-                server_address: None,
-                resend_count: None,
-                usage_origin: UsageOrigin::Span,
-            },
+            facts: SpanFacts::blank(service_name),
             role: None,
             has_role: false,
             has_request_id: false,

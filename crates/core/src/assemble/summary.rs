@@ -31,7 +31,6 @@ use rust_decimal::Decimal;
 use super::GroupKey;
 use crate::contract::{
     CapturedAttributes, Count, EnvelopeFields, SpanFacts, SpanId, SpanKind, Symbol, TraceId,
-    UsageOrigin,
 };
 
 /// What an evaluated span must keep to be a later retry's earlier attempt (or, for a logical
@@ -94,8 +93,6 @@ impl ContextSpan {
         SpanFacts {
             trace_id,
             span_id: self.span_id,
-            parent_span_id: None,
-            service_name: Arc::clone(&self.service_name),
             start_time_unix_nano: self.start_time_unix_nano,
             end_time_unix_nano: self.start_time_unix_nano,
             kind,
@@ -105,28 +102,16 @@ impl ContextSpan {
             envelope: Arc::clone(&self.envelope),
             envelope_json: self.envelope_json.clone(),
             request_model: self.request_model.clone(),
-            response_model: None,
-            provider: None,
             model_family: self.model_family.clone(),
             input_tokens: self.input_tokens,
             cached_input_tokens: self.cached_input_tokens,
             output_tokens: self.output_tokens,
             output_cap: self.output_cap,
             output_reached_client: self.output_reached_client,
-            error_type: None,
-            sdk: None,
             captured: self.captured.clone(),
-            // The rest as a freshly read span has them, written out: `SpanFacts::default()`
+            // The rest as a freshly read span of this service has them; `SpanFacts::default()`
             // would allocate a service name only to drop it.
-            cache_write_input_tokens: Count::Missing,
-            failed: false,
-            status_error: false,
-            http: None,
-            declared: false,
-            scope: None,
-            server_address: None,
-            resend_count: None,
-            usage_origin: UsageOrigin::Span,
+            ..SpanFacts::blank(Arc::clone(&self.service_name))
         }
     }
 
