@@ -19,12 +19,19 @@ pub fn crc(lsn: u64, payload: &[u8]) -> u32 {
     hasher.finalize()
 }
 
+/// The header of the record of `payload` at `lsn`; the payload follows it.
+pub fn record_header(lsn: u64, payload: &[u8]) -> [u8; RECORD_HEADER_BYTES] {
+    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    let mut header = [0; RECORD_HEADER_BYTES];
+    header[0..4].copy_from_slice(&len.to_le_bytes());
+    header[4..8].copy_from_slice(&crc(lsn, payload).to_le_bytes());
+    header[8..16].copy_from_slice(&lsn.to_le_bytes());
+    header
+}
+
 /// Appends one encoded record to `out`.
 pub fn encode_record(out: &mut Vec<u8>, lsn: u64, payload: &[u8]) {
-    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&crc(lsn, payload).to_le_bytes());
-    out.extend_from_slice(&lsn.to_le_bytes());
+    out.extend_from_slice(&record_header(lsn, payload));
     out.extend_from_slice(payload);
 }
 

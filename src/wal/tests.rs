@@ -158,3 +158,48 @@ fn garbage_never_panics_the_parser() {
         assert!(read.records.is_empty());
     }
 }
+
+/// One append of more records than one `writev` takes (the kernel's limit is 1,024 slices, two
+/// a record), empty payloads among them, reads back record by record, in order.
+#[test]
+fn a_batch_larger_than_one_vectored_write_reads_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    // The last is empty (1,498 is a multiple of 7).
+    let payloads: Vec<Vec<u8>> = (0..1_499u32)
+        .map(|i| {
+            if i % 7 == 0 {
+                Vec::new()
+            } else {
+                i.to_le_bytes().repeat(1 + i as usize % 300)
+            }
+        })
+        .collect();
+    let batch: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+    {
+        let recovery = recover(dir.path()).unwrap();
+        let mut writer = open(dir.path(), 1 << 30, &recovery);
+        assert_eq!(writer.append(&batch).unwrap(), 1);
+        assert_eq!(writer.append(&[b"after"]).unwrap(), 1_500);
+    }
+    let recovery = recover(dir.path()).unwrap();
+    let read: Vec<(u64, &[u8])> = recovery
+        .records
+        .iter()
+        .map(|r| (r.lsn, r.payload.as_ref()))
+        .collect();
+    let expected: Vec<(u64, &[u8])> = batch
+        .iter()
+        .copied()
+        .chain([&b"after"[..]])
+        .enumerate()
+        .map(|(i, p)| (i as u64 + 1, p))
+        .collect();
+    assert_eq!(read, expected);
+    assert_eq!(
+        std::fs::metadata(last_segment(dir.path())).unwrap().len(),
+        expected
+            .iter()
+            .map(|(_, p)| (RECORD_HEADER_BYTES + p.len()) as u64)
+            .sum::<u64>()
+    );
+}

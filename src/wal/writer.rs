@@ -3,11 +3,11 @@
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
-use std::io::{Seek, SeekFrom, Write};
+use std::io::{self, IoSlice, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::segment::encode_record;
+use super::segment::{encode_record, record_header, RECORD_HEADER_BYTES};
 use super::{segment_path, FsyncPolicy, Recovery, WalConfig, WalError};
 
 struct Sealed {
@@ -24,7 +24,8 @@ pub struct WalWriter {
     current: Option<Current>,
     sealed: VecDeque<Sealed>,
     next_lsn: u64,
-    buffer: Vec<u8>,
+    /// The headers of the batch being appended; its payloads are written from where they are.
+    headers: Vec<[u8; RECORD_HEADER_BYTES]>,
     unsynced_since: Option<Instant>,
 }
 
@@ -54,7 +55,7 @@ impl WalWriter {
             current: None,
             sealed,
             next_lsn: recovery.next_lsn.max(1),
-            buffer: Vec::new(),
+            headers: Vec::new(),
             unsynced_since: None,
         }
     }
@@ -67,10 +68,17 @@ impl WalWriter {
     /// nothing of the batch counts as written: the segment is cut back to where it was.
     pub fn append(&mut self, payloads: &[&[u8]]) -> Result<u64, WalError> {
         let first_lsn = self.next_lsn;
-        self.buffer.clear();
-        for (i, payload) in payloads.iter().enumerate() {
-            encode_record(&mut self.buffer, first_lsn + i as u64, payload);
-        }
+        self.headers.clear();
+        self.headers.extend(
+            payloads
+                .iter()
+                .enumerate()
+                .map(|(i, payload)| record_header(first_lsn + i as u64, payload)),
+        );
+        let batch_bytes: u64 = payloads
+            .iter()
+            .map(|p| (RECORD_HEADER_BYTES + p.len()) as u64)
+            .sum();
         self.ensure_current()?;
         let fsync = self.fsync;
         let Some(current) = self.current.as_mut() else {
@@ -80,18 +88,20 @@ impl WalWriter {
             ));
         };
         if crate::crash::armed(crate::crash::Point::WalAppend) {
-            let half = self.buffer.len() / 2;
+            let mut encoded = Vec::new();
+            for (i, payload) in payloads.iter().enumerate() {
+                encode_record(&mut encoded, first_lsn + i as u64, payload);
+            }
+            let half = encoded.len() / 2;
             let _ = current
                 .file
-                .write_all(&self.buffer[..half])
+                .write_all(&encoded[..half])
                 .and_then(|()| current.file.sync_data());
             crate::crash::reached(crate::crash::Point::WalAppend);
             let _ = current.file.seek(SeekFrom::Start(current.bytes));
         }
-        let result = current
-            .file
-            .write_all(&self.buffer)
-            .and_then(|()| match fsync {
+        let result =
+            write_records(&mut current.file, &self.headers, payloads).and_then(|()| match fsync {
                 FsyncPolicy::Always => current.file.sync_data(),
                 FsyncPolicy::Interval(_) | FsyncPolicy::Off => Ok(()),
             });
@@ -108,7 +118,7 @@ impl WalWriter {
             }
             return Err(WalError::io(&path, source));
         }
-        current.bytes += self.buffer.len() as u64;
+        current.bytes += batch_bytes;
         if !payloads.is_empty() {
             current.last_lsn = Some(first_lsn + payloads.len() as u64 - 1);
         }
@@ -224,4 +234,31 @@ fn sync_dir(dir: &std::path::Path) {
     if let Err(e) = File::open(dir).and_then(|d| d.sync_all()) {
         tracing::warn!(dir = %dir.display(), error = %e, "cannot sync write-ahead log directory");
     }
+}
+
+/// Writes each header followed by its payload, the bytes one buffer of encoded records would
+/// hold, from where they are: a batch of exports is hundreds of KiB that a copy into a buffer
+/// would pass through the cache once more before the kernel copies it again.
+fn write_records(
+    file: &mut File,
+    headers: &[[u8; RECORD_HEADER_BYTES]],
+    payloads: &[&[u8]],
+) -> io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = headers
+        .iter()
+        .zip(payloads)
+        .flat_map(|(header, payload)| [IoSlice::new(header), IoSlice::new(payload)])
+        // An empty payload needs no slice of its own.
+        .filter(|slice| !slice.is_empty())
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        match file.write_vectored(rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => IoSlice::advance_slices(&mut rest, written),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
