@@ -22,8 +22,8 @@ pub struct Mimalloc;
 
 // SAFETY: every method forwards to mimalloc, which returns blocks of at least the size asked
 // for, aligned as `layout` asks: plainly when `layout.align()` is at most a word (see
-// `ALWAYS_ALIGNED`), through its aligned entry points otherwise; `mi_free` and `mi_realloc`
-// accept blocks from either.
+// `ALWAYS_ALIGNED`), through its aligned entry points otherwise; `mi_free` and
+// `mi_realloc_aligned` accept blocks from either.
 unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -45,14 +45,9 @@ unsafe impl GlobalAlloc for Mimalloc {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: `ptr` came from this allocator with `layout` (the caller's contract).
-        unsafe {
-            if layout.align() <= ALWAYS_ALIGNED {
-                mi::mi_realloc(ptr.cast::<c_void>(), new_size).cast()
-            } else {
-                mi::mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align()).cast()
-            }
-        }
+        // SAFETY: `ptr` came from this allocator with `layout` (the caller's contract). Unlike
+        // allocation, mimalloc's aligned realloc itself takes the plain path for word alignment.
+        unsafe { mi::mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align()).cast() }
     }
 }
 

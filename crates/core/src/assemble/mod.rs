@@ -410,13 +410,12 @@ impl Grouper {
                 if let Some(seq) = deadline_seq {
                     group.deadline_seq = seq;
                 }
-                let complete = matches!(key, GroupKey::Single { .. })
-                    || Grouper::has_all_attempts(
-                        &self.logical_by_request,
-                        &self.logical_by_span,
-                        &key,
-                        group,
-                    );
+                let complete = Grouper::has_all_attempts(
+                    &self.logical_by_request,
+                    &self.logical_by_span,
+                    &key,
+                    group,
+                );
                 return (Offer::Attempt(key), complete);
             }
         };
@@ -583,22 +582,21 @@ impl Grouper {
     /// Whether the logical span has arrived and named an attempt count that is now reached. A
     /// plain GenAI span is a request of one attempt by definition: complete on arrival.
     pub fn is_complete(&self, key: &GroupKey) -> bool {
-        if matches!(key, GroupKey::Single { .. }) {
-            return self.groups.contains_key(key);
-        }
         self.groups.get(key).is_some_and(|group| {
             Grouper::has_all_attempts(&self.logical_by_request, &self.logical_by_span, key, group)
         })
     }
 
-    /// [`Grouper::is_complete`] of a pending group of declared attempts.
+    /// [`Grouper::is_complete`] of a pending group.
     fn has_all_attempts(
         logical_by_request: &KeyMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
         logical_by_span: &FastMap<(TraceId, SpanId), Box<WaitingLogical>>,
         key: &GroupKey,
         group: &Group,
     ) -> bool {
-        if group.attempts.len() >= MAX_ATTEMPTS_PER_REQUEST {
+        if matches!(key, GroupKey::Single { .. })
+            || group.attempts.len() >= MAX_ATTEMPTS_PER_REQUEST
+        {
             return true;
         }
         Grouper::logical_candidates(logical_by_request, key, group.first_parent)

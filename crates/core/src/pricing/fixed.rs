@@ -97,13 +97,9 @@ pub(super) fn cost_usd(prices: &Prices, group_ratio: Decimal, counts: [i64; 4]) 
 
 #[cfg(test)]
 mod tests {
+    use super::super::cost_by_decimals as decimal_path;
     use super::*;
     use proptest::prelude::*;
-
-    /// The decimal path of `pricing::cost_usd`, for prices that are already chosen.
-    fn decimal_path(prices: &Prices, group_ratio: Decimal, counts: [i64; 4]) -> Option<Decimal> {
-        super::super::cost_by_decimals(prices, group_ratio, counts)
-    }
 
     fn same(a: Option<Decimal>, b: Option<Decimal>) -> bool {
         match (a, b) {

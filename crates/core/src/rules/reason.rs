@@ -89,23 +89,10 @@ impl Sentence {
     }
 
     fn int(&mut self, n: i32) -> &mut Sentence {
-        let mut buf = [0u8; 12];
-        let mut at = buf.len();
-        let mut rest = n.unsigned_abs();
-        loop {
-            at -= 1;
-            buf[at] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
-        if n < 0 {
-            at -= 1;
-            buf[at] = b'-';
-        }
-        // Only ASCII digits and '-' were written.
-        self.text(std::str::from_utf8(&buf[at..]).unwrap_or_default())
+        self.text(plain_decimal(
+            Decimal::from(n),
+            &mut [0; PLAIN_DECIMAL_BYTES],
+        ))
     }
 
     fn usd(&mut self, value: Option<Decimal>) -> &mut Sentence {
