@@ -20,7 +20,8 @@ use prost::Message;
 
 use retry_spend_collector::assemble::{Assembler, AssemblyBounds, Request};
 use retry_spend_collector::contract::otlp_json::parse_request;
-use retry_spend_collector::contract::{service_name, SpanFacts};
+use retry_spend_collector::contract::wire::read_export;
+use retry_spend_collector::contract::{service_name, AttributeKeys, SpanFacts};
 use retry_spend_collector::engine::{span_facts, Engine};
 use retry_spend_collector::pricing::PricingBook;
 use retry_spend_collector::processor::{Arrival, Processor};
@@ -149,6 +150,16 @@ fn contract(c: &mut Criterion) {
     group.throughput(Throughput::Elements(SPANS_PER_REQUEST as u64));
     group.bench_function("protobuf_decode_512_spans", |b| {
         b.iter(|| ExportTraceServiceRequest::decode(black_box(&encoded[..])).unwrap())
+    });
+    // What `serve`'s receivers run on every export: the protobuf bytes read straight into facts.
+    let bytes = bytes::Bytes::from(encoded.clone());
+    group.bench_function("wire_read_512_spans", |b| {
+        b.iter(|| {
+            read_export(black_box(&bytes), false, &AttributeKeys::NONE)
+                .unwrap()
+                .spans
+                .len()
+        })
     });
     group.bench_function("span_facts_512_spans", |b| {
         b.iter(|| span_facts(black_box(&request)).count())
