@@ -30,11 +30,13 @@ async fn sigterm_during_a_burst_keeps_every_acknowledged_span() {
     let addr = collector.grpc_addr;
 
     let next = Arc::new(AtomicUsize::new(0));
+    let acknowledged_so_far = Arc::new(AtomicUsize::new(0));
     let (halfway, halfway_reached) = tokio::sync::oneshot::channel::<()>();
     let halfway = Arc::new(std::sync::Mutex::new(Some(halfway)));
     let mut senders = Vec::new();
     for _ in 0..SENDERS {
         let next = Arc::clone(&next);
+        let acknowledged_so_far = Arc::clone(&acknowledged_so_far);
         let halfway = Arc::clone(&halfway);
         senders.push(tokio::spawn(async move {
             let exporter = exporter(addr);
@@ -44,15 +46,17 @@ async fn sigterm_during_a_burst_keeps_every_acknowledged_span() {
                 if n >= REQUESTS {
                     break;
                 }
-                if n == REQUESTS / 2 {
-                    if let Some(signal) = halfway.lock().unwrap().take() {
-                        let _ = signal.send(());
-                    }
-                }
                 match exporter.export(request(n, false)).await {
                     Ok(()) => acknowledged.push(n),
                     // Refused: the collector is going away; nothing more to send.
                     Err(_) => break,
+                }
+                // SIGTERM once half the burst is acknowledged (not merely sent: exports other
+                // senders still have on the way may be refused once it arrives).
+                if acknowledged_so_far.fetch_add(1, Ordering::SeqCst) + 1 == REQUESTS / 2 {
+                    if let Some(signal) = halfway.lock().unwrap().take() {
+                        let _ = signal.send(());
+                    }
                 }
             }
             acknowledged
