@@ -743,9 +743,7 @@ fn is_envelope_key(key: &str) -> bool {
 fn read_flat_envelope_field(env: &mut EnvelopeFields, key: &str, value: ValueRef<'_>) -> bool {
     match key {
         attr::PRICING_SOURCE => env.pricing_source = symbol_value(value),
-        attr::PRICING_CHECKED_AT => {
-            env.pricing_checked_at = string(value).as_deref().and_then(parse_date)
-        }
+        attr::PRICING_CHECKED_AT => env.pricing_checked_at = text(value).and_then(parse_date),
         attr::PRICING_VERSION => env.pricing_version = symbol_value(value),
         attr::BILLING_GROUP => env.billing_group = symbol_value(value),
         attr::MAX_INCREMENTAL_USD => env.max_incremental_usd = money(value),

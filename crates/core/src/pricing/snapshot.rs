@@ -338,11 +338,85 @@ pub fn parse_decimal_literal(text: &str) -> Option<Decimal> {
 /// `YYYY-MM-DD`, or an RFC 3339 timestamp whose UTC date is taken.
 pub fn parse_date(text: &str) -> Option<NaiveDate> {
     let text = text.trim();
-    NaiveDate::parse_from_str(text, "%Y-%m-%d")
-        .ok()
+    iso_date(text)
+        .or_else(|| NaiveDate::parse_from_str(text, "%Y-%m-%d").ok())
         .or_else(|| {
             chrono::DateTime::parse_from_rfc3339(text)
                 .ok()
                 .map(|t| t.with_timezone(&chrono::Utc).date_naive())
         })
+}
+
+/// Exactly `YYYY-MM-DD`, the form every envelope sends, read without chrono's format parser,
+/// which parses `"%Y-%m-%d"` itself again on every call (an envelope's date is read on every
+/// logical span). Anything else, and impossible dates, are left to chrono, so the answer is
+/// always chrono's.
+fn iso_date(text: &str) -> Option<NaiveDate> {
+    let bytes: &[u8; 10] = text.as_bytes().try_into().ok()?;
+    if bytes[4] != b'-' || bytes[7] != b'-' {
+        return None;
+    }
+    let number = |digits: &[u8]| {
+        digits.iter().try_fold(0u32, |n, &b| {
+            b.is_ascii_digit().then(|| n * 10 + u32::from(b - b'0'))
+        })
+    };
+    let year = i32::try_from(number(&bytes[..4])?).ok()?;
+    NaiveDate::from_ymd_opt(year, number(&bytes[5..7])?, number(&bytes[8..])?)
+}
+
+#[cfg(test)]
+mod date_tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// What `parse_date` was before its fast path.
+    fn chrono_only(text: &str) -> Option<NaiveDate> {
+        let text = text.trim();
+        NaiveDate::parse_from_str(text, "%Y-%m-%d")
+            .ok()
+            .or_else(|| {
+                chrono::DateTime::parse_from_rfc3339(text)
+                    .ok()
+                    .map(|t| t.with_timezone(&chrono::Utc).date_naive())
+            })
+    }
+
+    #[test]
+    fn the_forms_chrono_reads_read_the_same() {
+        for text in [
+            "2026-08-22",
+            " 2026-08-22\n",
+            "2026-8-22",
+            "2026-08-2",
+            "+2026-08-22",
+            "0000-01-01",
+            "2026-02-29",
+            "2024-02-29",
+            "2026-13-01",
+            "2026-00-10",
+            "2026-08-22T23:30:00-02:00",
+            "2026/08/22",
+            "2026-08-22x",
+            "२०२६-08-22",
+            "",
+        ] {
+            assert_eq!(parse_date(text), chrono_only(text), "{text:?}");
+        }
+        assert_eq!(
+            parse_date("2026-08-22"),
+            NaiveDate::from_ymd_opt(2026, 8, 22)
+        );
+        assert_eq!(parse_date("2026-02-29"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn date_like_text_reads_as_chrono_reads_it(
+            text in "[ +]?[0-9]{1,5}[-/][0-9]{1,3}-[0-9]{1,3}( |T00:00:00Z)?"
+        ) {
+            prop_assert_eq!(parse_date(&text), chrono_only(&text));
+        }
+    }
 }
