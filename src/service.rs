@@ -23,7 +23,7 @@ use crate::engine::Engine;
 use crate::load::DEFAULT_POLICIES_DIR;
 use crate::pipeline::{
     partition, run_wal_stage, ExportPart, InFlight, Intake, LogMessage, MemoryLimit,
-    PipelineMessage, Shard, ShardSummary, SummaryStore, Watermark,
+    PipelineMessage, Shard, ShardSummary, SpanBuffers, SummaryStore, Watermark,
 };
 use crate::policy::PolicySet;
 use crate::pricing::{age, PricingBook};
@@ -424,6 +424,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
     let in_flight = InFlight::new(config.in_flight_limit());
     let memory = MemoryLimit::new(config.service.memory_limit, Arc::clone(&in_flight), shards);
     let watermark = Arc::new(Watermark::new(shards, recovered_from));
+    let span_buffers = Arc::new(SpanBuffers::default());
     let (log_sender, log_receiver) = mpsc::channel(LOG_QUEUE);
     let mut senders = Vec::with_capacity(shards);
     let mut pending = Vec::with_capacity(shards);
@@ -438,7 +439,8 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             forward_handle.clone(),
         )
         .with_watermark(shard, Arc::clone(&watermark))
-        .with_memory_limit(Arc::clone(&memory));
+        .with_memory_limit(Arc::clone(&memory))
+        .with_span_buffers(Arc::clone(&span_buffers));
         if let Some(store) = &summaries {
             worker = worker.with_summaries(Arc::clone(store));
         }
@@ -501,7 +503,8 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
             shards,
         )
         .forwarding(forwarding)
-        .policy_keys(Arc::clone(&policy_keys));
+        .policy_keys(Arc::clone(&policy_keys))
+        .span_buffers(span_buffers);
         receivers.provide(&mut topology, intake);
     } else {
         tracing::warn!("sink none: every export is acknowledged and discarded after decoding");

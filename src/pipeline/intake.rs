@@ -6,8 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{partition, Append, InFlight, LogMessage, MemoryLimit};
-use crate::contract::wire::{read_export, WireError, WireExport};
+use super::{partition, Append, InFlight, LogMessage, MemoryLimit, SpanBuffers};
+use crate::contract::wire::{read_export_into, WireError, WireExport};
 use crate::contract::SharedAttributeKeys;
 use crate::receivers::{Refusal, TracesConsumer, Transport};
 use crate::telemetry::{Health, Metrics};
@@ -27,6 +27,8 @@ pub struct Intake {
     keep_raw: bool,
     /// Attribute keys the envelope policies match on, captured as spans are read.
     policy_keys: Arc<SharedAttributeKeys>,
+    /// Emptied span vectors the shards give back.
+    buffers: Arc<SpanBuffers>,
 }
 
 impl Intake {
@@ -47,12 +49,19 @@ impl Intake {
             shards,
             keep_raw: false,
             policy_keys: Arc::default(),
+            buffers: Arc::default(),
         }
     }
 
     /// The attribute keys of the policies in use (replaced on reload).
     pub fn policy_keys(mut self, keys: Arc<SharedAttributeKeys>) -> Intake {
         self.policy_keys = keys;
+        self
+    }
+
+    /// Reads exports into the buffers the shards give back.
+    pub fn span_buffers(mut self, buffers: Arc<SpanBuffers>) -> Intake {
+        self.buffers = buffers;
         self
     }
 
@@ -87,7 +96,12 @@ impl TracesConsumer for Intake {
     }
 
     fn read(&self, bytes: &Bytes) -> Result<WireExport, WireError> {
-        read_export(bytes, self.keep_raw, &self.policy_keys.get())
+        read_export_into(
+            bytes,
+            self.keep_raw,
+            &self.policy_keys.get(),
+            self.buffers.take(),
+        )
     }
 
     /// Logs the export and queues it for the shards. `Ok` means it is durable: it will be a

@@ -1,6 +1,7 @@
 //! `serve`'s pipeline: the write-ahead-log stage, the shards that assemble and evaluate
 //! requests with the core's [`Engine`], and the watermark that releases the log.
 
+mod buffers;
 pub mod config;
 mod intake;
 mod memory;
@@ -10,6 +11,7 @@ mod summaries;
 mod wal_stage;
 mod watermark;
 
+pub use buffers::SpanBuffers;
 pub use config::{ProcessorsConfig, RetrySpendConfig};
 pub use intake::Intake;
 pub use memory::MemoryLimit;

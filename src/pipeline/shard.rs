@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::{
-    regroup, Engine, ExportPart, MemoryLimit, PipelineMessage, RawSpan, SummaryStore, Watermark,
+    regroup, Engine, ExportPart, MemoryLimit, PipelineMessage, RawSpan, SpanBuffers, SummaryStore,
+    Watermark,
 };
 use crate::assemble::{Assembler, FastMap, Offer, Summary};
 use crate::contract::{SpanId, TraceId};
@@ -86,6 +87,8 @@ pub struct Shard {
     recovered: WrittenRows,
     /// Where this shard reports what it holds, for `service.memory_limit`.
     memory: Option<Arc<MemoryLimit>>,
+    /// Where emptied span vectors go back to the receivers.
+    buffers: Option<Arc<SpanBuffers>>,
 }
 
 /// Where the finished-request cache is saved, and how current the saved copy is.
@@ -138,12 +141,19 @@ impl Shard {
             batch_lsns: None,
             summaries: None,
             memory: None,
+            buffers: None,
         }
     }
 
     /// Reports what this shard holds to `memory` as it runs.
     pub fn with_memory_limit(mut self, memory: Arc<MemoryLimit>) -> Self {
         self.memory = Some(memory);
+        self
+    }
+
+    /// Gives each export's emptied span vector back to the receivers.
+    pub fn with_span_buffers(mut self, buffers: Arc<SpanBuffers>) -> Self {
+        self.buffers = Some(buffers);
         self
     }
 
@@ -273,7 +283,8 @@ impl Shard {
         let mut duplicates = 0;
         let mut passthrough = Vec::new();
         let raw = part.raw.filter(|_| self.forward.is_some());
-        for (i, facts) in part.spans.into_iter().enumerate() {
+        let mut spans = part.spans;
+        for (i, facts) in spans.drain(..).enumerate() {
             let id = (facts.trace_id, facts.span_id);
             let arrival = if written.contains(&id) {
                 Arrival::Written
@@ -307,6 +318,9 @@ impl Shard {
                     }
                 }
             }
+        }
+        if let Some(buffers) = &self.buffers {
+            buffers.give(spans);
         }
         // Replayed copies of spans restored as finished context were counted when they came.
         if duplicates > 0 && !replayed {

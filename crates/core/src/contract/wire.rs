@@ -53,7 +53,22 @@ pub fn read_export(
     keep_raw: bool,
     keys: &AttributeKeys,
 ) -> Result<WireExport, WireError> {
-    let mut out = WireExport::default();
+    read_export_into(bytes, keep_raw, keys, Vec::new())
+}
+
+/// [`read_export`] into `spans`' room (a buffer an earlier export was read into and emptied),
+/// so that a steady stream of exports does not fault fresh memory in for each.
+pub fn read_export_into(
+    bytes: &Bytes,
+    keep_raw: bool,
+    keys: &AttributeKeys,
+    mut spans: Vec<SpanFacts>,
+) -> Result<WireExport, WireError> {
+    spans.clear();
+    let mut out = WireExport {
+        spans,
+        ..WireExport::default()
+    };
     let mut r = Reader::new(bytes, 0);
     while let Some((field, wire_type)) = r.key()? {
         match (field, wire_type) {

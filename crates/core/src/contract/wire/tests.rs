@@ -219,6 +219,16 @@ proptest! {
     }
 
     #[test]
+    fn a_reused_buffer_reads_what_a_fresh_one_does(first in request(), second in request()) {
+        let read = |request: &ExportTraceServiceRequest, spans| {
+            let bytes = Bytes::from(request.encode_to_vec());
+            read_export_into(&bytes, false, &AttributeKeys::NONE, spans).map(|e| e.spans)
+        };
+        let used = read(&first, Vec::new()).expect("a whole request reads");
+        prop_assert_eq!(read(&second, used), Ok(wire_facts(&second)));
+    }
+
+    #[test]
     fn truncated_or_mangled_requests_are_errors_or_facts_never_panics(
         request in request(),
         cut in any::<prop::sample::Index>(),
