@@ -338,8 +338,13 @@ pub fn parse_decimal_literal(text: &str) -> Option<Decimal> {
 /// `YYYY-MM-DD`, or an RFC 3339 timestamp whose UTC date is taken.
 pub fn parse_date(text: &str) -> Option<NaiveDate> {
     let text = text.trim();
-    iso_date(text)
-        .or_else(|| NaiveDate::parse_from_str(text, "%Y-%m-%d").ok())
+    iso_date(text).or_else(|| chrono_date(text))
+}
+
+/// Every form `parse_date` takes, through chrono.
+fn chrono_date(text: &str) -> Option<NaiveDate> {
+    NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .ok()
         .or_else(|| {
             chrono::DateTime::parse_from_rfc3339(text)
                 .ok()
@@ -373,14 +378,7 @@ mod date_tests {
 
     /// What `parse_date` was before its fast path.
     fn chrono_only(text: &str) -> Option<NaiveDate> {
-        let text = text.trim();
-        NaiveDate::parse_from_str(text, "%Y-%m-%d")
-            .ok()
-            .or_else(|| {
-                chrono::DateTime::parse_from_rfc3339(text)
-                    .ok()
-                    .map(|t| t.with_timezone(&chrono::Utc).date_naive())
-            })
+        chrono_date(text.trim())
     }
 
     #[test]
@@ -415,6 +413,13 @@ mod date_tests {
         #[test]
         fn date_like_text_reads_as_chrono_reads_it(
             text in "[ +]?[0-9]{1,5}[-/][0-9]{1,3}-[0-9]{1,3}( |T00:00:00Z)?"
+        ) {
+            prop_assert_eq!(parse_date(&text), chrono_only(&text));
+        }
+
+        #[test]
+        fn the_fast_form_reads_as_chrono_reads_it(
+            text in "[0-9]{4}-[01][0-9]-[0-3][0-9]"
         ) {
             prop_assert_eq!(parse_date(&text), chrono_only(&text));
         }
