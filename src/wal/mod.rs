@@ -8,6 +8,7 @@
 //! is detected by its CRC, reported and truncated; the records before it survive.
 
 pub mod config;
+mod direct;
 mod segment;
 mod writer;
 

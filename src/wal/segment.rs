@@ -1,5 +1,7 @@
 //! The record format: `len: u32 LE | crc32: u32 LE | lsn: u64 LE | payload (len bytes)`, the CRC
-//! covering the LSN and the payload.
+//! covering the LSN and the payload. Zeros after the last record end the segment: a segment
+//! written with direct I/O is padded to a block boundary until it is sealed, and no record
+//! starts with sixteen zero bytes (LSNs start at 1).
 
 use std::io::{self, Read};
 use std::path::Path;
@@ -56,6 +58,9 @@ pub fn parse_segment(bytes: &[u8]) -> SegmentRead {
     let mut previous_lsn = None;
     while offset < bytes.len() {
         let rest = &bytes[offset..];
+        if rest.iter().all(|&b| b == 0) {
+            break;
+        }
         let Some(header) = rest.get(..RECORD_HEADER_BYTES) else {
             read.problem = Some(format!(
                 "torn record header ({} of {RECORD_HEADER_BYTES} bytes)",

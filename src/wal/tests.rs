@@ -4,9 +4,15 @@ use super::segment::parse_segment;
 use super::*;
 
 fn open(dir: &Path, segment_bytes: u64, recovery: &Recovery) -> WalWriter {
+    open_with(dir, segment_bytes, recovery, FsyncMode::Always)
+}
+
+/// `FsyncMode::Always` writes with direct I/O where the filesystem takes it, the others through
+/// the page cache.
+fn open_with(dir: &Path, segment_bytes: u64, recovery: &Recovery, fsync: FsyncMode) -> WalWriter {
     let config = WalConfig {
         segment_bytes,
-        fsync: FsyncMode::Always,
+        fsync,
         ..WalConfig::default()
     };
     WalWriter::open(dir.to_path_buf(), &config, recovery)
@@ -202,4 +208,85 @@ fn a_batch_larger_than_one_vectored_write_reads_back_whole() {
             .map(|(_, p)| (RECORD_HEADER_BYTES + p.len()) as u64)
             .sum::<u64>()
     );
+}
+
+/// Appends of every size, across the direct writer's blocks and 1 MiB chunks, read back after
+/// each append from the open segment (zeros after the last record while it is open) and from
+/// the sealed one, which has no zeros left; in both write modes.
+#[test]
+fn appends_of_any_size_read_back_as_written_in_both_modes() {
+    for fsync in [FsyncMode::Always, FsyncMode::Off] {
+        let dir = tempfile::tempdir().unwrap();
+        let recovery = recover(dir.path()).unwrap();
+        let mut writer = open_with(dir.path(), 1 << 30, &recovery, fsync);
+        let mut expected: Vec<Vec<u8>> = Vec::new();
+        let mut seed = 7u64;
+        let mut next = |bound: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % bound
+        };
+        for round in 0..40u64 {
+            let batch: Vec<Vec<u8>> = (0..1 + next(4))
+                .map(|i| {
+                    // Mostly small, now and then past a block or a whole chunk.
+                    let len = match next(10) {
+                        0 => 1_048_576 + next(9_000),
+                        1 | 2 => next(20_000),
+                        _ => next(600),
+                    };
+                    (0..len).map(|b| (b + round * 31 + i) as u8 | 1).collect()
+                })
+                .collect();
+            let payloads: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+            let first = writer.append(&payloads).unwrap();
+            assert_eq!(first, expected.len() as u64 + 1);
+            expected.extend(batch);
+            if round == 0 && fsync == FsyncMode::Always && !writer.writes_direct() {
+                eprintln!(
+                    "no direct I/O under {}: only the page cache is tested",
+                    dir.path().display()
+                );
+            }
+            let read = parse_segment(&std::fs::read(last_segment(dir.path())).unwrap());
+            assert_eq!(read.problem, None, "{fsync:?} round {round}");
+            let payloads: Vec<&[u8]> = read.records.iter().map(|r| r.payload.as_ref()).collect();
+            assert!(
+                payloads == expected.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+                "{fsync:?} round {round}"
+            );
+        }
+        drop(writer);
+        let logical: u64 = expected
+            .iter()
+            .map(|p| (RECORD_HEADER_BYTES + p.len()) as u64)
+            .sum();
+        assert_eq!(
+            std::fs::metadata(last_segment(dir.path())).unwrap().len(),
+            logical
+        );
+        let recovery = recover(dir.path()).unwrap();
+        assert!(recovery.problems.is_empty(), "{:?}", recovery.problems);
+        assert_eq!(recovery.records.len(), expected.len());
+    }
+}
+
+#[test]
+fn zeros_after_the_last_record_end_a_segment_and_anything_else_is_a_problem() {
+    let mut bytes = Vec::new();
+    segment::encode_record(&mut bytes, 1, b"one");
+    segment::encode_record(&mut bytes, 2, b"");
+    let end = bytes.len() as u64;
+    bytes.resize(4096, 0);
+    let read = parse_segment(&bytes);
+    assert_eq!(
+        (read.records.len(), read.valid_bytes, read.problem),
+        (2, end, None)
+    );
+
+    bytes[4000] = 1;
+    let read = parse_segment(&bytes);
+    assert_eq!((read.records.len(), read.valid_bytes), (2, end));
+    assert!(read.problem.is_some());
 }

@@ -7,6 +7,7 @@ use std::io::{self, IoSlice, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
+use super::direct::{set_direct, DirectBuffer, Tail};
 use super::segment::{encode_record, record_header, RECORD_HEADER_BYTES};
 use super::{segment_path, FsyncPolicy, Recovery, WalConfig, WalError};
 
@@ -27,6 +28,11 @@ pub struct WalWriter {
     /// The headers of the batch being appended; its payloads are written from where they are.
     headers: Vec<[u8; RECORD_HEADER_BYTES]>,
     unsynced_since: Option<Instant>,
+    /// New segments are written with direct I/O ([`super::direct`]): with `fsync = "always"`,
+    /// until the filesystem refuses it.
+    direct: bool,
+    /// Allocated with the first segment written directly.
+    direct_buffer: Option<DirectBuffer>,
 }
 
 struct Current {
@@ -34,6 +40,9 @@ struct Current {
     file: File,
     bytes: u64,
     last_lsn: Option<u64>,
+    /// Written with direct I/O; its file then ends in zeros up to a block boundary.
+    direct: bool,
+    tail: Tail,
 }
 
 impl WalWriter {
@@ -57,7 +66,14 @@ impl WalWriter {
             next_lsn: recovery.next_lsn.max(1),
             headers: Vec::new(),
             unsynced_since: None,
+            direct: config.fsync_policy() == FsyncPolicy::Always,
+            direct_buffer: None,
         }
+    }
+
+    /// Whether the current segment is written with direct I/O.
+    pub fn writes_direct(&self) -> bool {
+        self.current.as_ref().is_some_and(|c| c.direct)
     }
 
     pub fn dir(&self) -> &std::path::Path {
@@ -92,19 +108,50 @@ impl WalWriter {
             for (i, payload) in payloads.iter().enumerate() {
                 encode_record(&mut encoded, first_lsn + i as u64, payload);
             }
-            let half = encoded.len() / 2;
-            let _ = current
-                .file
-                .write_all(&encoded[..half])
-                .and_then(|()| current.file.sync_data());
+            let half = &encoded[..encoded.len() / 2];
+            let torn = match self.direct_buffer.as_mut().filter(|_| current.direct) {
+                Some(buffer) => buffer.write(
+                    &current.file,
+                    current.bytes,
+                    &mut current.tail.clone(),
+                    [half],
+                ),
+                None => current.file.write_all(half),
+            };
+            let _ = torn.and_then(|()| current.file.sync_data());
             crate::crash::reached(crate::crash::Point::WalAppend);
             let _ = current.file.seek(SeekFrom::Start(current.bytes));
         }
-        let result =
-            write_records(&mut current.file, &self.headers, payloads).and_then(|()| match fsync {
-                FsyncPolicy::Always => current.file.sync_data(),
-                FsyncPolicy::Interval(_) | FsyncPolicy::Off => Ok(()),
-            });
+        let headers = &self.headers;
+        let mut written = match self.direct_buffer.as_mut().filter(|_| current.direct) {
+            Some(buffer) => buffer.write(
+                &current.file,
+                current.bytes,
+                &mut current.tail,
+                headers
+                    .iter()
+                    .zip(payloads)
+                    .flat_map(|(header, payload)| [&header[..], payload]),
+            ),
+            None => write_records(&mut current.file, headers, payloads),
+        };
+        if written.as_ref().is_err_and(|e| {
+            current.direct && e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error())
+        }) {
+            // Accepted by `fcntl`, refused by the write: this filesystem's direct I/O wants
+            // other alignments. The page cache it is, from here on.
+            tracing::info!(path = %current.path.display(), "direct I/O refused by the filesystem; the write-ahead log goes through the page cache");
+            self.direct = false;
+            current.direct = false;
+            written = set_direct(&current.file, false)
+                .and_then(|()| current.file.set_len(current.bytes))
+                .and_then(|()| current.file.seek(SeekFrom::Start(current.bytes)).map(drop))
+                .and_then(|()| write_records(&mut current.file, headers, payloads));
+        }
+        let result = written.and_then(|()| match fsync {
+            FsyncPolicy::Always => current.file.sync_data(),
+            FsyncPolicy::Interval(_) | FsyncPolicy::Off => Ok(()),
+        });
         if let Err(source) = result {
             let path = current.path.clone();
             // Cut the partial batch off so later records are not stranded behind a torn one;
@@ -191,6 +238,12 @@ impl WalWriter {
     /// Seals the current segment, syncing it first so it is complete on disk.
     pub fn seal(&mut self) {
         if let Some(current) = self.current.take() {
+            // The zeros after the last record are not part of the segment.
+            if current.direct && current.bytes % super::direct::BLOCK as u64 != 0 {
+                if let Err(e) = current.file.set_len(current.bytes) {
+                    tracing::warn!(path = %current.path.display(), error = %e, "cannot trim write-ahead log segment");
+                }
+            }
             if let Err(e) = current.file.sync_data() {
                 tracing::warn!(path = %current.path.display(), error = %e, "cannot sync write-ahead log segment");
             }
@@ -213,11 +266,25 @@ impl WalWriter {
                 .open(&path)
                 .map_err(|e| WalError::io(&path, e))?;
             sync_dir(dir);
+            let direct = self.direct
+                && match set_direct(&file, true) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::info!(dir = %dir.display(), error = %e, "no direct I/O here; the write-ahead log goes through the page cache");
+                        self.direct = false;
+                        false
+                    }
+                };
+            if direct {
+                self.direct_buffer.get_or_insert_with(DirectBuffer::default);
+            }
             self.current = Some(Current {
                 path,
                 file,
                 bytes: 0,
                 last_lsn: None,
+                direct,
+                tail: Tail::default(),
             });
         }
         Ok(())
