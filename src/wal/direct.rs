@@ -52,13 +52,21 @@ pub struct DirectBuffer {
     raw: Vec<u8>,
     /// Where the aligned `CHUNK` bytes start in `raw`.
     start: usize,
+    /// Tests: every write is refused as a filesystem refuses a misaligned one.
+    #[cfg(test)]
+    pub refuse: bool,
 }
 
 impl Default for DirectBuffer {
     fn default() -> Self {
         let raw = vec![0; CHUNK + BLOCK];
         let start = raw.as_ptr().align_offset(BLOCK);
-        DirectBuffer { raw, start }
+        DirectBuffer {
+            raw,
+            start,
+            #[cfg(test)]
+            refuse: false,
+        }
     }
 }
 
@@ -75,6 +83,12 @@ impl DirectBuffer {
     ) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
 
+        #[cfg(test)]
+        if self.refuse {
+            return Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::INVAL.raw_os_error(),
+            ));
+        }
         let window = &mut self.raw[self.start..self.start + CHUNK];
         let mut offset = end - end % BLOCK as u64;
         debug_assert_eq!(tail.bytes.len() as u64, end - offset);

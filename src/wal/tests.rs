@@ -290,3 +290,43 @@ fn zeros_after_the_last_record_end_a_segment_and_anything_else_is_a_problem() {
     assert_eq!((read.records.len(), read.valid_bytes), (2, end));
     assert!(read.problem.is_some());
 }
+
+/// A filesystem that takes O_DIRECT at `fcntl` but refuses the writes: the batch goes through
+/// the page cache after the records written directly (the zeros after them cut off first), and
+/// so does every later segment.
+#[test]
+fn a_refused_direct_write_goes_through_the_page_cache_after_what_was_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let recovery = recover(dir.path()).unwrap();
+    let mut writer = open(dir.path(), 64 * 1024, &recovery);
+    writer.append(&[b"direct one", &[9u8; 5000]]).unwrap();
+    if !writer.writes_direct() {
+        eprintln!(
+            "no direct I/O under {}: nothing to refuse",
+            dir.path().display()
+        );
+        return;
+    }
+    writer.refuse_direct_writes();
+    assert_eq!(writer.append(&[b"buffered", b"two"]).unwrap(), 3);
+    assert!(!writer.writes_direct());
+    let read = parse_segment(&std::fs::read(last_segment(dir.path())).unwrap());
+    assert_eq!(read.problem, None);
+    let payloads: Vec<&[u8]> = read.records.iter().map(|r| r.payload.as_ref()).collect();
+    assert_eq!(
+        payloads,
+        [&b"direct one"[..], &[9u8; 5000], b"buffered", b"two"]
+    );
+    // Past the segment size: the next segment is not tried with direct I/O again.
+    writer.append(&[&[1u8; 70 * 1024]]).unwrap();
+    writer.append(&[b"next segment"]).unwrap();
+    assert_eq!(writer.segments(), 2);
+    assert!(!writer.writes_direct());
+    drop(writer);
+    let recovery = recover(dir.path()).unwrap();
+    assert!(recovery.problems.is_empty(), "{:?}", recovery.problems);
+    assert_eq!(
+        recovery.records.iter().map(|r| r.lsn).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
+}

@@ -76,6 +76,14 @@ impl WalWriter {
         self.current.as_ref().is_some_and(|c| c.direct)
     }
 
+    /// Tests: from now on the filesystem refuses direct writes.
+    #[cfg(test)]
+    pub fn refuse_direct_writes(&mut self) {
+        if let Some(buffer) = &mut self.direct_buffer {
+            buffer.refuse = true;
+        }
+    }
+
     pub fn dir(&self) -> &std::path::Path {
         &self.dir
     }
