@@ -63,14 +63,15 @@ struct EvaluatedTotals {
     capped: u64,
 }
 
-/// `value` itself while the label has room for it (or already has it), else `_other`.
+/// `value` itself while the label has room for it (or already has it), else `_other`, for
+/// `attempts` attempts.
 fn capped_label(
     seen: &mut std::collections::BTreeSet<String>,
-    value: Option<&str>,
+    value: &str,
     cap: usize,
+    attempts: u64,
     capped: &mut u64,
 ) -> String {
-    let value = value.unwrap_or_default();
     if value.is_empty() || seen.contains(value) {
         return value.to_owned();
     }
@@ -78,8 +79,17 @@ fn capped_label(
         seen.insert(value.to_owned());
         return value.to_owned();
     }
-    *capped += 1;
+    *capped += attempts;
     OTHER_LABEL_VALUE.to_owned()
+}
+
+/// [`AttemptKey`] before the caps, borrowed from a batch's rows.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct BatchLabels<'a> {
+    decision: &'static str,
+    spend_class: &'static str,
+    task_type: &'a str,
+    billing_group: &'a str,
 }
 
 /// The labels of `retry_spend_attempts_total`, in label order so the map sorts like the output.
@@ -100,27 +110,52 @@ impl Metrics {
     /// violations. Only retries (attempt index > 0) carry incremental spend or count as
     /// unaudited; a first attempt is the base cost the retry envelope does not cover.
     pub fn record_rows(&self, rows: &[AttemptRow]) {
+        // A batch's rows share a handful of label sets: each set is counted here first and
+        // enters the shared map once, with the labels' owned strings made once, not per row.
+        let mut sets: Vec<(BatchLabels<'_>, u64)> = Vec::new();
+        let mut index: std::collections::HashMap<BatchLabels<'_>, usize, ahash::RandomState> =
+            std::collections::HashMap::default();
+        for row in rows {
+            let labels = BatchLabels {
+                decision: row.decision.as_str(),
+                spend_class: row.spend_class.as_str(),
+                task_type: row.task_type.as_deref().unwrap_or_default(),
+                billing_group: row.billing_group.as_deref().unwrap_or_default(),
+            };
+            match index.entry(labels) {
+                std::collections::hash_map::Entry::Occupied(at) => sets[*at.get()].1 += 1,
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(sets.len());
+                    sets.push((labels, 1));
+                }
+            }
+        }
         let cap = self.label_values_cap();
         let mut totals = lock(&self.evaluated);
         let totals = &mut *totals;
-        for row in rows {
+        // In order of first appearance, so the labels' caps admit values as row by row would.
+        for (labels, count) in sets {
             let key = AttemptKey {
-                decision: row.decision.as_str(),
-                spend_class: row.spend_class.as_str(),
+                decision: labels.decision,
+                spend_class: labels.spend_class,
                 task_type: capped_label(
                     &mut totals.task_types,
-                    row.task_type.as_deref(),
+                    labels.task_type,
                     cap,
+                    count,
                     &mut totals.capped,
                 ),
                 billing_group: capped_label(
                     &mut totals.billing_groups,
-                    row.billing_group.as_deref(),
+                    labels.billing_group,
                     cap,
+                    count,
                     &mut totals.capped,
                 ),
             };
-            *totals.attempts.entry(key).or_default() += 1;
+            *totals.attempts.entry(key).or_default() += count;
+        }
+        for row in rows {
             for violation in &row.violations {
                 *totals.violations.entry(violation.as_str()).or_default() += 1;
             }

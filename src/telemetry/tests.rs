@@ -403,6 +403,44 @@ fn client_label_values_past_the_cap_count_as_other() {
     );
 }
 
+/// Attempts are counted per attempt and label, also when a batch repeats a label set: two
+/// attempts over both caps count four times.
+#[test]
+fn capped_attempts_count_once_per_attempt_and_label() {
+    let metrics = Metrics::new();
+    metrics.set_label_values_cap(1);
+    let row = |task: &str, group: &str, decision| {
+        let mut row = attempt(0, decision, SpendClass::Base);
+        row.task_type = Some(task.into());
+        row.billing_group = Some(group.into());
+        row
+    };
+    metrics.record_rows(&[
+        row("a", "x", Decision::FirstAttempt),
+        row("b", "y", Decision::FirstAttempt),
+        row("a", "x", Decision::WithinEnvelope),
+        row("b", "y", Decision::FirstAttempt),
+    ]);
+    let text = metrics.render();
+    assert_eq!(
+        samples(&text, "retry_spend_label_values_capped_total"),
+        ["retry_spend_label_values_capped_total 4"]
+    );
+    let attempts = samples(&text, "retry_spend_attempts_total");
+    let other = attempts
+        .iter()
+        .find(|l| l.contains("task_type=\"_other\"") && l.contains("billing_group=\"_other\""))
+        .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned());
+    assert_eq!(other.as_deref(), Some("2"), "{attempts:?}");
+    assert_eq!(
+        attempts
+            .iter()
+            .filter(|l| l.contains("task_type=\"a\""))
+            .count(),
+        2
+    );
+}
+
 /// Every query of the shipped Grafana dashboard names only metrics the collector exports, and
 /// the dashboard covers breaches, spend, audit coverage and pipeline health.
 #[test]

@@ -110,11 +110,25 @@ pub fn decimal_to_scaled_i128(value: Decimal) -> Option<i128> {
     } else {
         value
     };
-    let factor = 10_i128.checked_pow(target.checked_sub(value.scale())?)?;
+    // A table rather than `checked_pow`, whose loop ran for each of nine amounts a row.
+    let factor = *SCALE_FACTORS.get(usize::try_from(target.checked_sub(value.scale())?).ok()?)?;
     let scaled = value.mantissa().checked_mul(factor)?;
-    let limit = 10_i128.pow(u32::from(MONEY_PRECISION));
-    (scaled.abs() < limit).then_some(scaled)
+    (scaled.abs() < MONEY_LIMIT).then_some(scaled)
 }
+
+/// `SCALE_FACTORS[n]` is 10ⁿ, for every rescale to `MONEY_SCALE`.
+const SCALE_FACTORS: [i128; MONEY_SCALE.unsigned_abs() as usize + 1] = {
+    let mut factors = [1; MONEY_SCALE.unsigned_abs() as usize + 1];
+    let mut n = 1;
+    while n < factors.len() {
+        factors[n] = factors[n - 1] * 10;
+        n += 1;
+    }
+    factors
+};
+
+/// The first magnitude decimal128(`MONEY_PRECISION`, _) cannot hold.
+const MONEY_LIMIT: i128 = 10_i128.pow(MONEY_PRECISION as u32);
 
 /// The inverse of [`decimal_to_scaled_i128`]: the exact value of an unscaled decimal128(38, 18),
 /// with trailing zeros dropped so that sums of it stay small. `None` past rust_decimal's 96 bits
@@ -232,6 +246,26 @@ mod tests {
         assert_eq!(scaled("0.0000000000000000015"), Some(2));
         assert_eq!(scaled("0.0000000000000000025"), Some(2));
         assert_eq!(scaled("-0.0000000000000000025"), Some(-2));
+    }
+
+    /// Every scale up to 18, by moving the decimal point in the text: the zeros appended are
+    /// the factor the table holds.
+    #[test]
+    fn every_scale_up_to_18_is_rescaled_exactly() {
+        for mantissa in [
+            1_i128,
+            -7,
+            123_456_789,
+            99_999_999_999_999_999_999,
+            -(1 << 95),
+        ] {
+            for scale in 0..=18_u32 {
+                let value = Decimal::from_i128_with_scale(mantissa, scale);
+                let text = format!("{mantissa}{}", "0".repeat(18 - scale as usize));
+                let expected = text.parse::<i128>().ok().filter(|v| v.abs() < MONEY_LIMIT);
+                assert_eq!(decimal_to_scaled_i128(value), expected, "{value}");
+            }
+        }
     }
 
     #[test]
