@@ -72,15 +72,16 @@ impl Default for DirectBuffer {
 
 impl DirectBuffer {
     /// Writes `pieces` at byte `end` of `file` (its logical length, whose last partial block is
-    /// `tail`), in aligned blocks. `tail` becomes the new last partial block only once every
-    /// write succeeded, so after a failure the segment cut back to `end` goes on as before.
+    /// `tail`), in aligned blocks, and returns the new last partial block. `tail` is left as it
+    /// was: the caller takes the new one once the append is durable, so a segment cut back to
+    /// `end` after a failed write or sync goes on from the bytes it really ends with.
     pub fn write<'a>(
         &mut self,
         file: &File,
         end: u64,
-        tail: &mut Tail,
+        tail: &Tail,
         pieces: impl IntoIterator<Item = &'a [u8]>,
-    ) -> io::Result<()> {
+    ) -> io::Result<Tail> {
         use std::os::unix::fs::FileExt;
 
         #[cfg(test)]
@@ -112,9 +113,8 @@ impl DirectBuffer {
             window[filled..padded].fill(0);
             file.write_all_at(&window[..padded], offset)?;
         }
-        tail.bytes.clear();
-        tail.bytes
-            .extend_from_slice(&window[filled - filled % BLOCK..filled]);
-        Ok(())
+        Ok(Tail {
+            bytes: window[filled - filled % BLOCK..filled].to_vec(),
+        })
     }
 }

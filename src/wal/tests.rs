@@ -330,3 +330,34 @@ fn a_refused_direct_write_goes_through_the_page_cache_after_what_was_written() {
         [1, 2, 3, 4, 5, 6]
     );
 }
+
+/// An append whose fsync fails is not acknowledged and is cut off; the next one goes on from the
+/// bytes the segment really ends with (with direct I/O: its last partial block as it was before
+/// the failed append, not as that append left it).
+#[test]
+fn an_append_whose_fsync_fails_is_cut_off_and_the_next_goes_on() {
+    for fsync in [FsyncMode::Always, FsyncMode::Off] {
+        let dir = tempfile::tempdir().unwrap();
+        let recovery = recover(dir.path()).unwrap();
+        let mut writer = open_with(dir.path(), 1 << 30, &recovery, fsync);
+        writer.append(&[&[3u8; 1000]]).unwrap();
+        if fsync == FsyncMode::Always {
+            writer.fail_next_sync();
+            assert!(writer.append(&[&[4u8; 5000], b"lost"]).is_err());
+        }
+        assert_eq!(writer.append(&[b"after"]).unwrap(), 2);
+        drop(writer);
+        let recovery = recover(dir.path()).unwrap();
+        assert!(
+            recovery.problems.is_empty(),
+            "{fsync:?} {:?}",
+            recovery.problems
+        );
+        let payloads: Vec<&[u8]> = recovery
+            .records
+            .iter()
+            .map(|r| r.payload.as_ref())
+            .collect();
+        assert_eq!(payloads, [&[3u8; 1000][..], b"after"], "{fsync:?}");
+    }
+}

@@ -33,6 +33,9 @@ pub struct WalWriter {
     direct: bool,
     /// Allocated with the first segment written directly.
     direct_buffer: Option<DirectBuffer>,
+    /// Tests: the next fsync of an append fails with this.
+    #[cfg(test)]
+    sync_failure: Option<io::Error>,
 }
 
 struct Current {
@@ -68,12 +71,20 @@ impl WalWriter {
             unsynced_since: None,
             direct: config.fsync_policy() == FsyncPolicy::Always,
             direct_buffer: None,
+            #[cfg(test)]
+            sync_failure: None,
         }
     }
 
     /// Whether the current segment is written with direct I/O.
     pub fn writes_direct(&self) -> bool {
         self.current.as_ref().is_some_and(|c| c.direct)
+    }
+
+    /// Tests: the next append's fsync fails.
+    #[cfg(test)]
+    pub fn fail_next_sync(&mut self) {
+        self.sync_failure = Some(io::Error::other("injected fsync failure"));
     }
 
     /// Tests: from now on the filesystem refuses direct writes.
@@ -118,12 +129,9 @@ impl WalWriter {
             }
             let half = &encoded[..encoded.len() / 2];
             let torn = match self.direct_buffer.as_mut().filter(|_| current.direct) {
-                Some(buffer) => buffer.write(
-                    &current.file,
-                    current.bytes,
-                    &mut current.tail.clone(),
-                    [half],
-                ),
+                Some(buffer) => buffer
+                    .write(&current.file, current.bytes, &current.tail, [half])
+                    .map(drop),
                 None => current.file.write_all(half),
             };
             let _ = torn.and_then(|()| current.file.sync_data());
@@ -131,16 +139,19 @@ impl WalWriter {
             let _ = current.file.seek(SeekFrom::Start(current.bytes));
         }
         let headers = &self.headers;
+        let mut new_tail = None;
         let mut written = match self.direct_buffer.as_mut().filter(|_| current.direct) {
-            Some(buffer) => buffer.write(
-                &current.file,
-                current.bytes,
-                &mut current.tail,
-                headers
-                    .iter()
-                    .zip(payloads)
-                    .flat_map(|(header, payload)| [&header[..], payload]),
-            ),
+            Some(buffer) => buffer
+                .write(
+                    &current.file,
+                    current.bytes,
+                    &current.tail,
+                    headers
+                        .iter()
+                        .zip(payloads)
+                        .flat_map(|(header, payload)| [&header[..], payload]),
+                )
+                .map(|tail| new_tail = Some(tail)),
             None => write_records(&mut current.file, headers, payloads),
         };
         if written.as_ref().is_err_and(|e| {
@@ -156,8 +167,12 @@ impl WalWriter {
                 .and_then(|()| current.file.seek(SeekFrom::Start(current.bytes)).map(drop))
                 .and_then(|()| write_records(&mut current.file, headers, payloads));
         }
+        #[cfg(test)]
+        let injected = self.sync_failure.take();
+        #[cfg(not(test))]
+        let injected: Option<io::Error> = None;
         let result = written.and_then(|()| match fsync {
-            FsyncPolicy::Always => current.file.sync_data(),
+            FsyncPolicy::Always => injected.map_or_else(|| current.file.sync_data(), Err),
             FsyncPolicy::Interval(_) | FsyncPolicy::Off => Ok(()),
         });
         if let Err(source) = result {
@@ -174,6 +189,9 @@ impl WalWriter {
             return Err(WalError::io(&path, source));
         }
         current.bytes += batch_bytes;
+        if let Some(tail) = new_tail {
+            current.tail = tail;
+        }
         if !payloads.is_empty() {
             current.last_lsn = Some(first_lsn + payloads.len() as u64 - 1);
         }
