@@ -191,9 +191,12 @@ impl Assembler {
         match &offer {
             Offer::Attempt(key) => {
                 self.sequence = seq;
-                self.push_deadline(key, seq, now);
                 if complete {
+                    // Taken now: its deadline would only be a stale entry, looked up in vain
+                    // (a cold miss) when it came due.
                     self.take(key, ready);
+                } else {
+                    self.push_deadline(key, seq, now);
                 }
                 self.enforce_cap(ready);
             }
