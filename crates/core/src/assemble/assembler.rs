@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::plain::{PlainHold, PlainOffer};
-use super::{GroupKey, Grouper, Offer, Origins, Request, Summary};
+use super::{Grouper, Offer, Origins, Place, Request, Summary};
 use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
 
 /// The bounds of every assembler of a process together (`[processors.retry_spend]`); each of
@@ -66,7 +66,8 @@ impl ShardBounds {
 struct Deadline {
     at: Instant,
     seq: u64,
-    key: GroupKey,
+    /// Where the group was; its sequence number says whether it still is.
+    place: Place,
 }
 
 /// Stale deadline entries tolerated beyond four per pending group before a sweep.
@@ -183,40 +184,41 @@ impl Assembler {
         });
         // An attempt's group takes this deadline in the same lookup that adds the attempt.
         let seq = self.sequence + 1;
-        let (offer, complete) = if written {
+        let offered = if written {
             self.grouper.offer_written_touching(span, origin, Some(seq))
         } else {
             self.grouper.offer_touching(span, origin, Some(seq))
         };
-        match &offer {
-            Offer::Attempt(key) => {
+        match (&offered.offer, offered.place) {
+            (Offer::Attempt(_), Some(place)) => {
                 self.sequence = seq;
-                if complete {
+                if offered.complete {
                     // Taken now: its deadline would only be a stale entry, looked up in vain
                     // (a cold miss) when it came due.
-                    self.take(key, ready);
+                    self.take(place, ready);
                 } else {
-                    self.push_deadline(key, seq, now);
+                    self.push_deadline(place, seq, now);
                 }
                 self.enforce_cap(ready);
             }
-            Offer::Logical => {
+            (Offer::Attempt(_), None) => self.enforce_cap(ready),
+            (Offer::Logical, _) => {
                 if let Some((keys, trace_id, span_id)) = logical_keys {
                     if self.grouper.holds_logical(trace_id, span_id) {
                         self.logical_arrivals.push_back((now, trace_id, span_id));
                     }
                     for key in keys.iter() {
-                        if self.grouper.has_group(key) {
-                            self.touch(key, now);
-                            self.take_if_complete(key, ready);
+                        if let Some(place) = self.grouper.place_of(key) {
+                            self.touch(place, now);
+                            self.take_if_complete(place, ready);
                         }
                     }
                 }
                 self.enforce_cap(ready);
             }
-            Offer::Duplicate | Offer::Passthrough | Offer::Plain | Offer::HeldTry => {}
+            (Offer::Duplicate | Offer::Passthrough | Offer::Plain | Offer::HeldTry, _) => {}
         }
-        offer
+        offered.offer
     }
 
     /// Groups whose wait has passed; logical spans that waited as long for attempts in vain are
@@ -225,13 +227,13 @@ impl Assembler {
         self.plain.expire(now, ready);
         // Stale entries at the front go too, due or not, so the next deadline is a live one.
         while let Some(front) = self.deadlines.front() {
-            let live = self.grouper.is_deadline_of(&front.key, front.seq);
+            let live = self.grouper.is_deadline_of(front.place, front.seq);
             if live && front.at > now {
                 break;
             }
             if let Some(due) = self.deadlines.pop_front() {
                 if live {
-                    self.take(&due.key, ready);
+                    self.take(due.place, ready);
                 }
             }
         }
@@ -338,51 +340,46 @@ impl Assembler {
         }
     }
 
-    fn touch(&mut self, key: &GroupKey, now: Instant) {
+    fn touch(&mut self, place: Place, now: Instant) {
         self.sequence += 1;
-        if self.grouper.set_deadline_seq(key, self.sequence) {
-            self.push_deadline(key, self.sequence, now);
-        }
+        self.grouper.set_deadline_seq(place, self.sequence);
+        self.push_deadline(place, self.sequence, now);
     }
 
-    /// Queues the deadline `seq` of a pending group, whose wait starts `now`.
-    fn push_deadline(&mut self, key: &GroupKey, seq: u64, now: Instant) {
+    /// Queues the deadline `seq` of the pending group at `place`, whose wait starts `now`.
+    fn push_deadline(&mut self, place: Place, seq: u64, now: Instant) {
         // A caller whose clock went back would break the order: its deadline waits for the
         // latest one instead.
         let at = now + self.options.group_wait;
         let at = self.deadlines.back().map_or(at, |last| last.at.max(at));
-        self.deadlines.push_back(Deadline {
-            at,
-            seq,
-            key: key.clone(),
-        });
+        self.deadlines.push_back(Deadline { at, seq, place });
         // Stale entries leave from the front as time passes; `replay`'s time stands still, so
         // past four times the live ones they are swept here: at most about one lookup per push.
         if self.deadlines.len() > 4 * self.grouper.pending_groups() + STALE_DEADLINES_SWEPT {
             let grouper = &self.grouper;
             self.deadlines
-                .retain(|d| grouper.is_deadline_of(&d.key, d.seq));
+                .retain(|d| grouper.is_deadline_of(d.place, d.seq));
         }
     }
 
     /// The group whose wait ends first, no longer waiting.
-    fn pop_oldest(&mut self) -> Option<GroupKey> {
+    fn pop_oldest(&mut self) -> Option<Place> {
         while let Some(entry) = self.deadlines.pop_front() {
-            if self.grouper.is_deadline_of(&entry.key, entry.seq) {
-                return Some(entry.key);
+            if self.grouper.is_deadline_of(entry.place, entry.seq) {
+                return Some(entry.place);
             }
         }
         None
     }
 
-    fn take_if_complete(&mut self, key: &GroupKey, ready: &mut Ready) {
-        if self.grouper.is_complete(key) {
-            self.take(key, ready);
+    fn take_if_complete(&mut self, place: Place, ready: &mut Ready) {
+        if self.grouper.is_complete_at(place) {
+            self.take(place, ready);
         }
     }
 
-    fn take(&mut self, key: &GroupKey, ready: &mut Ready) {
-        if let Some(request) = self.grouper.take(key) {
+    fn take(&mut self, place: Place, ready: &mut Ready) {
+        if let Some(request) = self.grouper.take_at(place) {
             ready.requests.push(request);
         }
     }
@@ -443,7 +440,7 @@ impl Assembler {
             {
                 continue;
             }
-            let Some(key) = self.pop_oldest() else {
+            let Some(place) = self.pop_oldest() else {
                 // Nothing pending to evaluate: what is left is held for inference, or logical
                 // spans whose attempts have not come (`replay` never lets time pass, so only
                 // the budget lets them go).
@@ -452,7 +449,7 @@ impl Assembler {
                 }
                 break;
             };
-            if let Some(request) = self.grouper.take(&key) {
+            if let Some(request) = self.grouper.take_at(place) {
                 ready.requests.push(request);
                 ready.evicted += 1;
             }

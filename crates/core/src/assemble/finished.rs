@@ -110,8 +110,17 @@ impl FinishedCache {
             .map(|&(_, seq)| seq)
     }
 
-    pub(super) fn get(&self, key: &GroupKey) -> Option<&Finished> {
-        self.slot(self.seq_of(key)?.0).map(|s| &s.finished)
+    /// The hash of `key` in this cache's indexes (and the pending groups', which share it).
+    pub(super) fn hash(&self, key: &GroupKey) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The entry of a key whose [`FinishedCache::hash`] is `hash`.
+    pub(super) fn get_hashed(&self, hash: u64, key: &GroupKey) -> Option<&Finished> {
+        if self.ring.is_empty() {
+            return None;
+        }
+        self.slot(self.find(hash, key)?).map(|s| &s.finished)
     }
 
     #[cfg(test)]

@@ -8,16 +8,19 @@
 mod assembler;
 mod finished;
 pub mod infer;
+mod pending;
 mod plain;
 pub mod summary;
 
 pub use assembler::{Assembler, AssemblyBounds, Ready};
 pub use infer::{infer_trace, TraceSpans};
+pub use pending::Place;
 pub use summary::{ContextSpan, Summary};
 
 use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
 use crate::record::AttemptSource;
 use finished::{Finished, FinishedCache, Seq};
+use pending::PendingGroups;
 
 /// Maps keyed by ids from the wire: a fast keyed hash, still randomised per process so a
 /// client cannot choose colliding ids.
@@ -97,13 +100,6 @@ pub enum GroupKey {
     /// request inferred from it (SPEC §2, "Attempts inferred from plain instrumentation": the
     /// GenAI span of an SDK's retry loop, the first span of a run of failed sibling calls).
     Single { trace_id: TraceId, span_id: SpanId },
-}
-
-/// For [`KeyMap::entry_ref`]: the key is cloned when an entry is made.
-impl From<&GroupKey> for GroupKey {
-    fn from(key: &GroupKey) -> GroupKey {
-        key.clone()
-    }
 }
 
 impl GroupKey {
@@ -189,7 +185,7 @@ pub const MAX_ATTEMPTS_PER_REQUEST: usize = 10_000;
 /// attempts, and a span an exporter re-sends is recognised and ignored.
 #[derive(Debug, Default)]
 pub struct Grouper {
-    groups: KeyMap<GroupKey, Group>,
+    groups: PendingGroups,
     /// Boxed so that the table's slots stay small: it holds one entry per waiting request.
     logical_by_span: FastMap<(TraceId, SpanId), Box<WaitingLogical>>,
     logical_by_request: KeyMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
@@ -219,8 +215,6 @@ struct Group {
     span_ids: SpanIds,
     first_parent: Option<SpanId>,
     bytes: usize,
-    /// The [`Assembler`]'s sequence number of the group's latest deadline; 0 before any.
-    deadline_seq: u64,
     origins: Option<Origins>,
 }
 
@@ -315,6 +309,26 @@ impl LogicalKeys {
     }
 }
 
+/// What [`Grouper::offer_touching`] did with a span.
+#[derive(Debug)]
+pub(super) struct Offered {
+    pub(super) offer: Offer,
+    /// The group an attempt joined.
+    pub(super) place: Option<Place>,
+    /// That group has all its attempts ([`Grouper::is_complete`]).
+    pub(super) complete: bool,
+}
+
+impl Offered {
+    fn not_held(offer: Offer) -> Offered {
+        Offered {
+            offer,
+            place: None,
+            complete: false,
+        }
+    }
+}
+
 /// What happened to a span offered to the [`Grouper`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Offer {
@@ -348,7 +362,7 @@ impl Grouper {
 
     /// [`Grouper::offer`] of a span from the driver's record `origin` (see [`Origins`]).
     pub fn offer_from(&mut self, span: SpanFacts, origin: Option<u64>) -> Offer {
-        self.offer_touching(span, origin, None).0
+        self.offer_touching(span, origin, None).offer
     }
 
     /// [`Grouper::offer_from`] that, when the span joins a group, records `deadline_seq` (if
@@ -360,36 +374,33 @@ impl Grouper {
         span: SpanFacts,
         origin: Option<u64>,
         deadline_seq: Option<u64>,
-    ) -> (Offer, bool) {
+    ) -> Offered {
         let offer = match span.kind {
             SpanKind::Passthrough | SpanKind::HttpTry | SpanKind::CallSpan => Offer::Passthrough,
             SpanKind::LogicalRequest => self.offer_logical(span, origin),
             SpanKind::Attempt | SpanKind::SingleAttempt | SpanKind::DeclaredSingle => {
                 let Some(key) = GroupKey::of(&span) else {
-                    return (Offer::Passthrough, false);
+                    return Offered::not_held(Offer::Passthrough);
                 };
                 let id = span.span_id;
+                // One hash of the key serves both the finished cache and the pending groups.
+                let hash = self.finished.hash(&key);
                 if self
                     .finished
-                    .get(&key)
+                    .get_hashed(hash, &key)
                     .is_some_and(|f| f.span_ids.contains(&id))
                 {
-                    return (Offer::Duplicate, false);
+                    return Offered::not_held(Offer::Duplicate);
                 }
                 // One lookup both checks the pending group for a copy and finds (or makes) it.
                 // The key is cloned only into a new group.
-                let group = match self.groups.entry_ref(&key) {
-                    hashbrown::hash_map::EntryRef::Occupied(group) => {
-                        if group.get().span_ids.contains(&id) {
-                            return (Offer::Duplicate, false);
-                        }
-                        group.into_mut()
-                    }
-                    hashbrown::hash_map::EntryRef::Vacant(slot) => slot.insert(Group {
-                        bytes: GROUP_OVERHEAD_BYTES,
-                        ..Group::default()
-                    }),
-                };
+                let (place, group, new) = self.groups.find_or_insert(hash, &key, || Group {
+                    bytes: GROUP_OVERHEAD_BYTES,
+                    ..Group::default()
+                });
+                if !new && group.span_ids.contains(&id) {
+                    return Offered::not_held(Offer::Duplicate);
+                }
                 let bytes = span.retained_bytes() + SPAN_ID_BYTES;
                 group.bytes += bytes;
                 // A request has one to three attempts as a rule: grow by one at first, not to
@@ -407,24 +418,28 @@ impl Grouper {
                 group.origins = Origins::widen_optional(group.origins, origin.map(Origins::single));
                 group.first_parent = group.first_parent.or(span.parent_span_id);
                 group.attempts.push(span);
-                if let Some(seq) = deadline_seq {
-                    group.deadline_seq = seq;
-                }
                 let complete = Grouper::has_all_attempts(
                     &self.logical_by_request,
                     &self.logical_by_span,
                     &key,
                     group,
                 );
-                return (Offer::Attempt(key), complete);
+                if let Some(seq) = deadline_seq {
+                    self.groups.set_deadline(place, seq);
+                }
+                return Offered {
+                    offer: Offer::Attempt(key),
+                    place: Some(place),
+                    complete,
+                };
             }
         };
-        (offer, false)
+        Offered::not_held(offer)
     }
 
     /// Offers an attempt whose row is already in a completed file (crash recovery).
     pub fn offer_written(&mut self, span: SpanFacts, origin: Option<u64>) -> Offer {
-        self.offer_written_touching(span, origin, None).0
+        self.offer_written_touching(span, origin, None).offer
     }
 
     /// [`Grouper::offer_written`] as [`Grouper::offer_touching`] offers.
@@ -433,10 +448,10 @@ impl Grouper {
         span: SpanFacts,
         origin: Option<u64>,
         deadline_seq: Option<u64>,
-    ) -> (Offer, bool) {
+    ) -> Offered {
         let id = (span.trace_id, span.span_id);
         let offered = self.offer_touching(span, origin, deadline_seq);
-        if matches!(offered.0, Offer::Attempt(_)) {
+        if matches!(offered.offer, Offer::Attempt(_)) {
             self.written.insert(id);
         }
         offered
@@ -515,24 +530,22 @@ impl Grouper {
     }
 
     pub fn has_group(&self, key: &GroupKey) -> bool {
-        self.groups.contains_key(key)
+        self.place_of(key).is_some()
     }
 
-    /// Records the sequence number of the pending group's latest deadline; false when no such
-    /// group is pending.
-    fn set_deadline_seq(&mut self, key: &GroupKey, seq: u64) -> bool {
-        match self.groups.get_mut(key) {
-            Some(group) => {
-                group.deadline_seq = seq;
-                true
-            }
-            None => false,
-        }
+    /// Where the pending group of `key` is.
+    pub fn place_of(&self, key: &GroupKey) -> Option<Place> {
+        self.groups.find(self.finished.hash(key), key)
     }
 
-    /// Whether `seq` is the latest deadline of a pending group `key`.
-    fn is_deadline_of(&self, key: &GroupKey, seq: u64) -> bool {
-        self.groups.get(key).is_some_and(|g| g.deadline_seq == seq)
+    /// Records the sequence number of the pending group's latest deadline.
+    fn set_deadline_seq(&mut self, place: Place, seq: u64) {
+        self.groups.set_deadline(place, seq);
+    }
+
+    /// Whether `seq` is the latest deadline of the pending group at `place`.
+    fn is_deadline_of(&self, place: Place, seq: u64) -> bool {
+        self.groups.deadline_of(place) == seq
     }
 
     /// Drops a logical span whose attempts never came; it makes no row of its own.
@@ -582,8 +595,19 @@ impl Grouper {
     /// Whether the logical span has arrived and named an attempt count that is now reached. A
     /// plain GenAI span is a request of one attempt by definition: complete on arrival.
     pub fn is_complete(&self, key: &GroupKey) -> bool {
-        self.groups.get(key).is_some_and(|group| {
-            Grouper::has_all_attempts(&self.logical_by_request, &self.logical_by_span, key, group)
+        self.place_of(key)
+            .is_some_and(|place| self.is_complete_at(place))
+    }
+
+    /// [`Grouper::is_complete`] of the group at `place`.
+    fn is_complete_at(&self, place: Place) -> bool {
+        self.groups.at(place).is_some_and(|p| {
+            Grouper::has_all_attempts(
+                &self.logical_by_request,
+                &self.logical_by_span,
+                &p.key,
+                &p.group,
+            )
         })
     }
 
@@ -611,18 +635,26 @@ impl Grouper {
     /// were evaluated before. Its span ids count as seen from now on; hand the request back to
     /// [`Grouper::finish`] once evaluated so that late retries find its attempts.
     pub fn take(&mut self, key: &GroupKey) -> Option<Request> {
-        // The map's own key becomes the request's, rather than a clone of it.
-        let (
-            owned_key,
-            Group {
-                mut attempts,
-                span_ids,
-                first_parent,
-                bytes,
-                origins,
-                ..
-            },
-        ) = self.groups.remove_entry(key)?;
+        let place = self.place_of(key)?;
+        self.take_at(place)
+    }
+
+    /// [`Grouper::take`] of the group at `place`.
+    fn take_at(&mut self, place: Place) -> Option<Request> {
+        // The slab's own key becomes the request's, rather than a clone of it.
+        let pending::Pending {
+            key: owned_key,
+            group:
+                Group {
+                    mut attempts,
+                    span_ids,
+                    first_parent,
+                    bytes,
+                    origins,
+                    ..
+                },
+            ..
+        } = self.groups.remove(place)?;
         let key = &owned_key;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         let mut logical = Grouper::logical_candidates(&self.logical_by_request, key, first_parent)
@@ -899,9 +931,17 @@ impl Grouper {
 
     /// Every group, in key order so output is deterministic whatever the arrival order.
     pub fn drain_all(&mut self) -> Vec<Request> {
-        let mut keys: Vec<GroupKey> = self.groups.keys().cloned().collect();
-        keys.sort();
-        keys.iter().filter_map(|k| self.take(k)).collect()
+        let mut places: Vec<(&GroupKey, Place)> = self
+            .groups
+            .iter()
+            .map(|(place, p)| (&p.key, place))
+            .collect();
+        places.sort_unstable();
+        let places: Vec<Place> = places.into_iter().map(|(_, place)| place).collect();
+        places
+            .into_iter()
+            .filter_map(|place| self.take_at(place))
+            .collect()
     }
 
     pub fn pending_groups(&self) -> usize {
@@ -912,8 +952,8 @@ impl Grouper {
     pub fn oldest_origin(&self) -> Option<u64> {
         let groups = self
             .groups
-            .values()
-            .filter_map(|g| g.origins.map(|o| o.min));
+            .iter()
+            .filter_map(|(_, p)| p.group.origins.map(|o| o.min));
         let logical = self.logical_by_span.values().filter_map(|l| l.origin);
         groups.chain(logical).min()
     }

@@ -109,6 +109,32 @@ fn group_waits_group_wait_since_its_latest_span() {
 }
 
 #[test]
+fn a_deadline_left_by_a_taken_group_does_not_take_the_group_made_in_its_place() {
+    let mut a = Assembler::new(&options(10), 1);
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    a.offer(logical(1, 1), t, &mut ready);
+    a.offer(attempt(1, 1), t, &mut ready);
+    assert_eq!(ready.requests.len(), 1, "complete on arrival");
+    // Trace 2 waits; trace 3 takes the place trace 2's first group would have left.
+    a.offer(attempt(2, 1), t, &mut ready);
+    a.offer(logical(2, 1), t, &mut ready);
+    assert_eq!(ready.requests.len(), 2, "the logical span completed it");
+    let later = t + Duration::from_secs(5);
+    a.offer(attempt(3, 1), later, &mut ready);
+    a.expire(t + WAIT, &mut ready);
+    assert_eq!(
+        ready.requests.len(),
+        2,
+        "trace 2's deadline is stale: trace 3 waits its own"
+    );
+    assert_eq!(a.pending_requests(), 1);
+    a.expire(later + WAIT, &mut ready);
+    assert_eq!(ready.requests.len(), 3);
+    assert_eq!(ready.requests[2].key.trace_id(), &[3; 16]);
+}
+
+#[test]
 fn pending_cap_evaluates_the_oldest_early() {
     let mut a = Assembler::new(&options(2), 1);
     let t = Instant::now();
