@@ -11,6 +11,7 @@ pub mod infer;
 mod pending;
 mod plain;
 pub mod summary;
+mod waiting;
 
 pub use assembler::{Assembler, AssemblyBounds, Ready};
 pub use infer::{infer_trace, TraceSpans};
@@ -21,26 +22,12 @@ use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
 use crate::record::AttemptSource;
 use finished::{Finished, FinishedCache, Seq};
 use pending::PendingGroups;
+use waiting::{LogicalPlace, WaitingLogical, WaitingLogicals};
 
 /// Maps keyed by ids from the wire: a fast keyed hash, still randomised per process so a
 /// client cannot choose colliding ids.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
-/// [`FastMap`] for maps looked up by a borrowed form of a key that owns shared text: a lookup
-/// need not clone the key (an atomic increment and decrement per span).
-type KeyMap<K, V> = hashbrown::HashMap<K, V, ahash::RandomState>;
-
-/// `(trace, request id)` borrowed, to look up `logical_by_request` without cloning the id.
-/// Hashes as the owned tuple does: the trace id, then the text.
-#[derive(Hash)]
-struct RequestRef<'a>(&'a TraceId, &'a str);
-
-impl hashbrown::Equivalent<(TraceId, std::sync::Arc<str>)> for RequestRef<'_> {
-    fn equivalent(&self, key: &(TraceId, std::sync::Arc<str>)) -> bool {
-        *self.0 == key.0 && self.1 == &*key.1
-    }
-}
-
 /// What one group or finished entry costs beyond the spans it holds: its map slots (at the
 /// tables' load factor), the four or five copies of its key in the maps that index it, and
 /// the allocator's rounding. An estimate, for the byte budget; measured against RSS in
@@ -186,9 +173,7 @@ pub const MAX_ATTEMPTS_PER_REQUEST: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct Grouper {
     groups: PendingGroups,
-    /// Boxed so that the table's slots stay small: it holds one entry per waiting request.
-    logical_by_span: FastMap<(TraceId, SpanId), Box<WaitingLogical>>,
-    logical_by_request: KeyMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
+    logicals: WaitingLogicals,
     finished: FinishedCache,
     /// Attempts replayed from the write-ahead log whose rows a completed file already holds:
     /// context for their request, never rows again.
@@ -216,14 +201,6 @@ struct Group {
     first_parent: Option<SpanId>,
     bytes: usize,
     origins: Option<Origins>,
-}
-
-/// A logical span waiting for its attempts, held as the finished cache holds one, as context:
-/// the rules read its envelope, policy attributes and request id, not the rest of its 344 bytes.
-#[derive(Debug)]
-struct WaitingLogical {
-    span: ContextSpan,
-    origin: Option<u64>,
 }
 
 /// The span ids of one request: a short list for the usual handful of attempts, a set past that
@@ -418,12 +395,7 @@ impl Grouper {
                 group.origins = Origins::widen_optional(group.origins, origin.map(Origins::single));
                 group.first_parent = group.first_parent.or(span.parent_span_id);
                 group.attempts.push(span);
-                let complete = Grouper::has_all_attempts(
-                    &self.logical_by_request,
-                    &self.logical_by_span,
-                    &key,
-                    group,
-                );
+                let complete = Grouper::has_all_attempts(&self.logicals, &key, group);
                 if let Some(seq) = deadline_seq {
                     self.groups.set_deadline(place, seq);
                 }
@@ -459,7 +431,7 @@ impl Grouper {
 
     fn offer_logical(&mut self, span: SpanFacts, origin: Option<u64>) -> Offer {
         let id = (span.trace_id, span.span_id);
-        if self.logical_by_span.contains_key(&id)
+        if self.logicals.place_of(&id.0, &id.1).is_some()
             || self.finished.holds_logical(&span.trace_id, &span.span_id)
         {
             return Offer::Duplicate;
@@ -479,14 +451,9 @@ impl Grouper {
                 }
             }
         }
-        if let Some(request_id) = &span.request_id {
-            self.logical_by_request
-                .insert((span.trace_id, request_id.clone()), id);
-        }
         let span = ContextSpan::of_logical(span);
         self.pending_bytes += span.retained_bytes();
-        self.logical_by_span
-            .insert(id, Box::new(WaitingLogical { span, origin }));
+        self.logicals.insert(id.0, WaitingLogical { span, origin });
         Offer::Logical
     }
 
@@ -521,7 +488,7 @@ impl Grouper {
 
     /// [`Grouper::keys_for_logical`] for a logical span still held, by its ids.
     pub fn keys_for_logical_ids(&self, trace_id: TraceId, span_id: SpanId) -> LogicalKeys {
-        match self.logical_by_span.get(&(trace_id, span_id)) {
+        match self.logicals.get(&trace_id, &span_id) {
             Some(waiting) => {
                 Grouper::logical_keys(trace_id, span_id, waiting.span.request_id.as_ref())
             }
@@ -550,45 +517,36 @@ impl Grouper {
 
     /// Drops a logical span whose attempts never came; it makes no row of its own.
     pub fn forget_logical(&mut self, trace_id: TraceId, span_id: SpanId) -> bool {
-        let Some(waiting) = self.logical_by_span.remove(&(trace_id, span_id)) else {
+        let Some(waiting) = self.logicals.remove(&trace_id, &span_id) else {
             return false;
         };
         self.pending_bytes = self
             .pending_bytes
             .saturating_sub(waiting.span.retained_bytes());
-        if let Some(request_id) = &waiting.span.request_id {
-            self.logical_by_request
-                .remove(&RequestRef(&trace_id, request_id));
-        }
         true
     }
 
     /// Whether this logical span is still waiting for attempts.
     pub fn holds_logical(&self, trace_id: TraceId, span_id: SpanId) -> bool {
-        self.logical_by_span.contains_key(&(trace_id, span_id))
+        self.logicals.place_of(&trace_id, &span_id).is_some()
     }
 
-    /// The ids the group's waiting logical span may have, in the order they are tried: the one
-    /// registered under its request id, then the parent of its first attempt that names one
-    /// (`first_parent`). Each is looked up once where it is used, never checked first.
-    fn logical_candidates(
-        logical_by_request: &KeyMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
+    /// Where the group's logical span waits, if it does: the latest registered under its
+    /// request id, else the parent of its first attempt that names one (`first_parent`).
+    fn logical_of(
+        logicals: &WaitingLogicals,
         key: &GroupKey,
         first_parent: Option<SpanId>,
-    ) -> [Option<(TraceId, SpanId)>; 2] {
-        let by_parent = first_parent.map(|parent| (*key.trace_id(), parent));
+    ) -> Option<LogicalPlace> {
         match key {
             GroupKey::RequestId {
                 trace_id,
                 request_id,
-            } => [
-                logical_by_request
-                    .get(&RequestRef(trace_id, request_id))
-                    .copied(),
-                by_parent,
-            ],
-            GroupKey::Parent { .. } => [None, by_parent],
-            GroupKey::Single { .. } => [None, None],
+            } => logicals
+                .place_of_request(trace_id, request_id)
+                .or_else(|| logicals.place_of(trace_id, &first_parent?)),
+            GroupKey::Parent { trace_id, .. } => logicals.place_of(trace_id, &first_parent?),
+            GroupKey::Single { .. } => None,
         }
     }
 
@@ -601,32 +559,20 @@ impl Grouper {
 
     /// [`Grouper::is_complete`] of the group at `place`.
     fn is_complete_at(&self, place: Place) -> bool {
-        self.groups.at(place).is_some_and(|p| {
-            Grouper::has_all_attempts(
-                &self.logical_by_request,
-                &self.logical_by_span,
-                &p.key,
-                &p.group,
-            )
-        })
+        self.groups
+            .at(place)
+            .is_some_and(|p| Grouper::has_all_attempts(&self.logicals, &p.key, &p.group))
     }
 
     /// [`Grouper::is_complete`] of a pending group.
-    fn has_all_attempts(
-        logical_by_request: &KeyMap<(TraceId, std::sync::Arc<str>), (TraceId, SpanId)>,
-        logical_by_span: &FastMap<(TraceId, SpanId), Box<WaitingLogical>>,
-        key: &GroupKey,
-        group: &Group,
-    ) -> bool {
+    fn has_all_attempts(logicals: &WaitingLogicals, key: &GroupKey, group: &Group) -> bool {
         if matches!(key, GroupKey::Single { .. })
             || group.attempts.len() >= MAX_ATTEMPTS_PER_REQUEST
         {
             return true;
         }
-        Grouper::logical_candidates(logical_by_request, key, group.first_parent)
-            .into_iter()
-            .flatten()
-            .find_map(|k| logical_by_span.get(&k))
+        Grouper::logical_of(logicals, key, group.first_parent)
+            .and_then(|place| logicals.at(place))
             .and_then(|l| l.span.attempt_count)
             .is_some_and(|n| group.attempts.len() >= n as usize)
     }
@@ -657,18 +603,12 @@ impl Grouper {
         } = self.groups.remove(place)?;
         let key = &owned_key;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
-        let mut logical = Grouper::logical_candidates(&self.logical_by_request, key, first_parent)
-            .into_iter()
-            .flatten()
-            .find_map(|k| self.logical_by_span.remove(&k))
+        let mut logical = Grouper::logical_of(&self.logicals, key, first_parent)
+            .and_then(|place| self.logicals.remove_at(place))
             .map(|l| {
                 self.pending_bytes = self.pending_bytes.saturating_sub(l.span.retained_bytes());
                 l.span.to_facts(*key.trace_id(), SpanKind::LogicalRequest)
             });
-        if let Some(id) = logical.as_ref().and_then(|l| l.request_id.as_ref()) {
-            self.logical_by_request
-                .remove(&RequestRef(key.trace_id(), id));
-        }
         let mut already_written = Vec::new();
         if !self.written.is_empty() {
             let written = &mut self.written;
@@ -954,13 +894,13 @@ impl Grouper {
             .groups
             .iter()
             .filter_map(|(_, p)| p.group.origins.map(|o| o.min));
-        let logical = self.logical_by_span.values().filter_map(|l| l.origin);
+        let logical = self.logicals.iter().filter_map(|l| l.origin);
         groups.chain(logical).min()
     }
 
     /// Logical spans still waiting for attempts.
     pub fn pending_logical(&self) -> usize {
-        self.logical_by_span.len()
+        self.logicals.len()
     }
 }
 

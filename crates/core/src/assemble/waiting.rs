@@ -1,0 +1,284 @@
+//! Logical spans waiting for their attempts (see [`super::Grouper`]): a slab, indexed by the
+//! span's ids and by its request id.
+//!
+//! Two keyed maps held them: one by `(trace, span)` owning the span, one by `(trace, request
+//! id)` naming its ids. Every attempt asking whether its request was complete looked up both,
+//! and taking a request removed from both, hashing and comparing the request id's text each
+//! time. Here the request index names the slab place itself, and an entry leaves both indexes
+//! by the hashes it was filed under (BENCHMARKS.md, issue 18, twelfth pass).
+
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+
+use super::ContextSpan;
+use crate::contract::{SpanId, TraceId};
+
+/// A logical span waiting for its attempts, held as the finished cache holds one, as context:
+/// the rules read its envelope, policy attributes and request id, not the rest of its 344 bytes.
+#[derive(Debug)]
+pub(super) struct WaitingLogical {
+    pub(super) span: ContextSpan,
+    pub(super) origin: Option<u64>,
+}
+
+/// A waiting logical span's place in the slab, valid until it leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct LogicalPlace(u32);
+
+#[derive(Debug)]
+struct Entry {
+    trace_id: TraceId,
+    logical: WaitingLogical,
+    span_hash: u64,
+    request_hash: Option<u64>,
+}
+
+impl Entry {
+    fn is_request(&self, trace_id: &TraceId, request_id: &str) -> bool {
+        self.trace_id == *trace_id && self.logical.span.request_id.as_deref() == Some(request_id)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct WaitingLogicals {
+    /// `(hash of (trace, span id), place)`.
+    by_span: HashTable<(u64, u32)>,
+    /// `(hash of (trace, request id), place)` of the latest logical span filed under each
+    /// request id: when one of that id leaves, so does the entry, whichever it names.
+    by_request: HashTable<(u64, u32)>,
+    slab: Vec<Option<Entry>>,
+    free: Vec<u32>,
+    hasher: ahash::RandomState,
+}
+
+impl WaitingLogicals {
+    pub(super) fn len(&self) -> usize {
+        self.by_span.len()
+    }
+
+    fn span_hash(&self, trace_id: &TraceId, span_id: &SpanId) -> u64 {
+        self.hasher.hash_one((trace_id, span_id))
+    }
+
+    fn request_hash(&self, trace_id: &TraceId, request_id: &str) -> u64 {
+        self.hasher.hash_one((trace_id, request_id))
+    }
+
+    fn entry(&self, place: u32) -> Option<&Entry> {
+        self.slab.get(place as usize)?.as_ref()
+    }
+
+    /// Where the logical span `(trace_id, span_id)` waits.
+    pub(super) fn place_of(&self, trace_id: &TraceId, span_id: &SpanId) -> Option<LogicalPlace> {
+        let hash = self.span_hash(trace_id, span_id);
+        self.by_span
+            .find(hash, |&(h, place)| {
+                h == hash
+                    && self.entry(place).is_some_and(|e| {
+                        e.trace_id == *trace_id && e.logical.span.span_id == *span_id
+                    })
+            })
+            .map(|&(_, place)| LogicalPlace(place))
+    }
+
+    /// Where the latest logical span of `request_id` waits.
+    pub(super) fn place_of_request(
+        &self,
+        trace_id: &TraceId,
+        request_id: &str,
+    ) -> Option<LogicalPlace> {
+        let hash = self.request_hash(trace_id, request_id);
+        self.by_request
+            .find(hash, |&(h, place)| {
+                h == hash
+                    && self
+                        .entry(place)
+                        .is_some_and(|e| e.is_request(trace_id, request_id))
+            })
+            .map(|&(_, place)| LogicalPlace(place))
+    }
+
+    pub(super) fn at(&self, place: LogicalPlace) -> Option<&WaitingLogical> {
+        self.entry(place.0).map(|e| &e.logical)
+    }
+
+    pub(super) fn get(&self, trace_id: &TraceId, span_id: &SpanId) -> Option<&WaitingLogical> {
+        self.at(self.place_of(trace_id, span_id)?)
+    }
+
+    /// Files a logical span not waiting yet; it becomes the one its request id names.
+    pub(super) fn insert(&mut self, trace_id: TraceId, logical: WaitingLogical) {
+        let span_hash = self.span_hash(&trace_id, &logical.span.span_id);
+        let request_hash = logical
+            .span
+            .request_id
+            .as_deref()
+            .map(|id| self.request_hash(&trace_id, id));
+        let request_id: Option<Arc<str>> = logical.span.request_id.clone();
+        let entry = Some(Entry {
+            trace_id,
+            logical,
+            span_hash,
+            request_hash,
+        });
+        let place = match self.free.pop() {
+            Some(place) => {
+                self.slab[place as usize] = entry;
+                place
+            }
+            None => {
+                // More waiting logical spans than `u32::MAX` would be past every cap first.
+                let place = u32::try_from(self.slab.len()).unwrap_or(u32::MAX);
+                self.slab.push(entry);
+                place
+            }
+        };
+        self.by_span
+            .insert_unique(span_hash, (span_hash, place), |&(h, _)| h);
+        if let (Some(hash), Some(id)) = (request_hash, request_id.as_deref()) {
+            let slab = &self.slab;
+            let found = self.by_request.find_mut(hash, |&(h, p)| {
+                h == hash
+                    && slab
+                        .get(p as usize)
+                        .and_then(Option::as_ref)
+                        .is_some_and(|e| e.is_request(&trace_id, id))
+            });
+            match found {
+                Some(named) => named.1 = place,
+                None => {
+                    self.by_request
+                        .insert_unique(hash, (hash, place), |&(h, _)| h);
+                }
+            }
+        }
+    }
+
+    /// Takes the logical span at `place` out of the slab and both indexes.
+    pub(super) fn remove_at(&mut self, place: LogicalPlace) -> Option<WaitingLogical> {
+        let entry = self.slab.get_mut(place.0 as usize)?.take()?;
+        self.free.push(place.0);
+        if let Ok(found) = self
+            .by_span
+            .find_entry(entry.span_hash, |&(_, p)| p == place.0)
+        {
+            found.remove();
+        }
+        if let (Some(hash), Some(id)) =
+            (entry.request_hash, entry.logical.span.request_id.as_deref())
+        {
+            let slab = &self.slab;
+            let named = self.by_request.find_entry(hash, |&(h, p)| {
+                h == hash
+                    && (p == place.0
+                        || slab
+                            .get(p as usize)
+                            .and_then(Option::as_ref)
+                            .is_some_and(|e| e.is_request(&entry.trace_id, id)))
+            });
+            if let Ok(named) = named {
+                named.remove();
+            }
+        }
+        Some(entry.logical)
+    }
+
+    pub(super) fn remove(
+        &mut self,
+        trace_id: &TraceId,
+        span_id: &SpanId,
+    ) -> Option<WaitingLogical> {
+        let place = self.place_of(trace_id, span_id)?;
+        self.remove_at(place)
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &WaitingLogical> {
+        self.slab.iter().flatten().map(|e| &e.logical)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::{SpanFacts, SpanKind};
+
+    fn logical(span_id: u8, request_id: Option<&str>) -> WaitingLogical {
+        let span = SpanFacts {
+            trace_id: [1; 16],
+            span_id: [span_id; 8],
+            kind: SpanKind::LogicalRequest,
+            request_id: request_id.map(Arc::from),
+            ..SpanFacts::default()
+        };
+        WaitingLogical {
+            span: ContextSpan::of_logical(span),
+            origin: Some(u64::from(span_id)),
+        }
+    }
+
+    fn span_at(logicals: &WaitingLogicals, place: Option<LogicalPlace>) -> Option<u8> {
+        Some(logicals.at(place?)?.span.span_id[0])
+    }
+
+    const TRACE: TraceId = [1; 16];
+
+    #[test]
+    fn the_request_id_names_the_latest_and_leaves_with_any_span_of_that_id() {
+        let mut logicals = WaitingLogicals::default();
+        logicals.insert(TRACE, logical(1, Some("r")));
+        logicals.insert(TRACE, logical(2, Some("r")));
+        logicals.insert(TRACE, logical(3, Some("other")));
+        assert_eq!(
+            span_at(&logicals, logicals.place_of_request(&TRACE, "r")),
+            Some(2)
+        );
+        assert!(logicals.remove(&TRACE, &[1; 8]).is_some());
+        assert_eq!(logicals.place_of_request(&TRACE, "r"), None);
+        assert_eq!(
+            span_at(&logicals, logicals.place_of(&TRACE, &[2; 8])),
+            Some(2)
+        );
+        assert_eq!(
+            span_at(&logicals, logicals.place_of_request(&TRACE, "other")),
+            Some(3)
+        );
+        assert_eq!(logicals.place_of_request(&[2; 16], "other"), None);
+        assert_eq!(logicals.len(), 2);
+    }
+
+    #[test]
+    fn a_freed_place_is_reused_and_the_indexes_name_only_what_is_there() {
+        let mut logicals = WaitingLogicals::default();
+        logicals.insert(TRACE, logical(1, Some("r")));
+        logicals.insert(TRACE, logical(2, None));
+        let first = logicals.place_of(&TRACE, &[1; 8]);
+        let taken = first.and_then(|place| logicals.remove_at(place));
+        assert_eq!(taken.map(|l| l.span.span_id), Some([1; 8]));
+        assert_eq!(
+            first
+                .and_then(|place| logicals.remove_at(place))
+                .map(|_| ()),
+            None
+        );
+        logicals.insert(TRACE, logical(3, Some("s")));
+        assert_eq!(
+            logicals.place_of(&TRACE, &[3; 8]),
+            first,
+            "the place is reused"
+        );
+        assert_eq!(logicals.place_of(&TRACE, &[1; 8]), None);
+        assert_eq!(logicals.place_of_request(&TRACE, "r"), None);
+        assert_eq!(
+            span_at(&logicals, logicals.place_of_request(&TRACE, "s")),
+            Some(3)
+        );
+        assert_eq!(
+            span_at(&logicals, logicals.place_of(&TRACE, &[2; 8])),
+            Some(2)
+        );
+        let mut origins: Vec<u64> = logicals.iter().filter_map(|l| l.origin).collect();
+        origins.sort_unstable();
+        assert_eq!(origins, [2, 3]);
+    }
+}
