@@ -7,6 +7,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use hashbrown::HashTable;
+
 use super::infer::{infer_trace, EarlierTrace, Link, TraceSpans};
 use super::{FastMap, FastSet, Origins, Ready};
 use crate::contract::{HttpTry, SpanFacts, SpanId, SpanKind, TraceId};
@@ -63,16 +65,126 @@ pub(super) enum PlainOffer {
     Duplicate,
 }
 
+/// The traces held, in the order they come due: a queue that is its own storage.
+///
+/// Every trace gets an entry (declared spans note their links), and nearly every trace leaves
+/// from the front, by time or by the byte budget. A keyed map made each arrival and each
+/// departure a probe of a table gone cold (BENCHMARKS.md, issue 18, thirteenth pass). Here a
+/// trace leaves by popping the front, and the index forgets it lazily: an entry names a
+/// sequence number, and numbers before the front's are stale, swept out once they outnumber
+/// a quarter of the live ones.
+#[derive(Debug, Default)]
+struct HeldTraces {
+    /// One slot per held trace, by the time it was queued (its first span, or its latest when
+    /// it came due and was requeued).
+    queue: VecDeque<Slot>,
+    /// The sequence number of `queue[0]`.
+    front: u64,
+    /// `(hash of the trace id, sequence number)`.
+    index: HashTable<(u64, u64)>,
+    stale: usize,
+    hasher: ahash::RandomState,
+}
+
+#[derive(Debug)]
+struct Slot {
+    trace_id: TraceId,
+    queued: Instant,
+    held: Held,
+}
+
+/// Stale index entries are swept past a quarter of the live ones plus this many: the index
+/// then stays within the table size the live ones need (16 bytes an entry).
+const STALE_SWEPT: usize = 1024;
+
+impl HeldTraces {
+    fn find(&self, hash: u64, trace_id: &TraceId) -> Option<usize> {
+        let front = self.front;
+        let queue = &self.queue;
+        self.index
+            .find(hash, |&(h, seq)| {
+                h == hash
+                    && seq >= front
+                    && queue
+                        .get((seq - front) as usize)
+                        .is_some_and(|slot| slot.trace_id == *trace_id)
+            })
+            .map(|&(_, seq)| (seq - front) as usize)
+    }
+
+    /// The trace's entry, queued at `now` with `make` when it has none.
+    fn get_or_insert(
+        &mut self,
+        trace_id: TraceId,
+        now: Instant,
+        make: impl FnOnce() -> Held,
+    ) -> &mut Held {
+        let hash = self.hasher.hash_one(trace_id);
+        let at = match self.find(hash, &trace_id) {
+            Some(at) => at,
+            None => self.push(hash, trace_id, now, make()),
+        };
+        match self.queue.get_mut(at) {
+            Some(slot) => &mut slot.held,
+            // `find` and `push` return places in the queue.
+            None => unreachable!("a held trace's slot is in the queue"),
+        }
+    }
+
+    fn push(&mut self, hash: u64, trace_id: TraceId, queued: Instant, held: Held) -> usize {
+        if self.stale > self.queue.len() / 4 + STALE_SWEPT {
+            let front = self.front;
+            self.index.retain(|&mut (_, seq)| seq >= front);
+            self.stale = 0;
+        }
+        let at = self.queue.len();
+        let seq = self.front + at as u64;
+        self.queue.push_back(Slot {
+            trace_id,
+            queued,
+            held,
+        });
+        self.index.insert_unique(hash, (hash, seq), |&(h, _)| h);
+        at
+    }
+
+    fn front(&self) -> Option<&Slot> {
+        self.queue.front()
+    }
+
+    fn pop_front(&mut self) -> Option<Slot> {
+        let slot = self.queue.pop_front()?;
+        self.front += 1;
+        self.stale += 1;
+        Some(slot)
+    }
+
+    /// Queues a trace that came due having received spans since, by its latest.
+    fn requeue(&mut self, slot: Slot) {
+        let hash = self.hasher.hash_one(slot.trace_id);
+        let queued = slot.held.last_seen;
+        self.push(hash, slot.trace_id, queued, slot.held);
+    }
+
+    /// Every held trace, taken out.
+    fn drain(&mut self) -> Vec<Slot> {
+        self.front += self.queue.len() as u64;
+        self.index.clear();
+        self.stale = 0;
+        self.queue.drain(..).collect()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Held> {
+        self.queue.iter().map(|slot| &slot.held)
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct PlainHold {
     group_wait: Duration,
     /// Every trace gets an entry (declared spans note their links): what a trace of declared
-    /// spans alone needs is inline, the rest boxed, so the slots stay small (a map of ~200-byte
-    /// values carries that much for each of its empty slots too: 26 MB of a 125 MB heap).
-    traces: FastMap<TraceId, Held>,
-    /// Held traces by the time they last received a span; one entry each, requeued when it
-    /// comes due and the trace received spans since.
-    queue: VecDeque<(Instant, TraceId)>,
+    /// spans alone needs is inline, the rest boxed, so the slots stay small.
+    traces: HeldTraces,
     finished: FastMap<TraceId, Finished>,
     finished_order: VecDeque<TraceId>,
     finished_capacity: usize,
@@ -86,8 +198,7 @@ impl PlainHold {
     pub(super) fn new(group_wait: Duration, finished_capacity: usize) -> PlainHold {
         PlainHold {
             group_wait,
-            traces: FastMap::default(),
-            queue: VecDeque::new(),
+            traces: HeldTraces::default(),
             finished: FastMap::default(),
             finished_order: VecDeque::new(),
             finished_capacity,
@@ -144,10 +255,8 @@ impl PlainHold {
     }
 
     fn held(&mut self, trace_id: TraceId, now: Instant) -> &mut Held {
-        let queue = &mut self.queue;
         let bytes = &mut self.bytes;
-        let held = self.traces.entry(trace_id).or_insert_with(|| {
-            queue.push_back((now, trace_id));
+        let held = self.traces.get_or_insert(trace_id, now, || {
             *bytes += TRACE_OVERHEAD_BYTES;
             Held {
                 links: Vec::new(),
@@ -163,45 +272,41 @@ impl PlainHold {
 
     /// Traces quiet for `group_wait` are inferred.
     pub(super) fn expire(&mut self, now: Instant, ready: &mut Ready) {
-        while let Some(&(queued, trace_id)) = self.queue.front() {
-            if queued + self.group_wait > now {
+        while let Some(front) = self.traces.front() {
+            if front.queued + self.group_wait > now {
                 break;
             }
-            self.queue.pop_front();
-            let Some(held) = self.traces.get(&trace_id) else {
-                continue;
+            let Some(slot) = self.traces.pop_front() else {
+                break;
             };
-            if held.last_seen + self.group_wait > now {
-                self.queue.push_back((held.last_seen, trace_id));
+            if slot.held.last_seen + self.group_wait > now {
+                self.traces.requeue(slot);
                 continue;
             }
-            self.infer(trace_id, ready);
+            self.infer(slot.trace_id, slot.held, ready);
         }
     }
 
     /// Every held trace, now (shutdown, or the end of `replay`'s input).
     pub(super) fn drain_all(&mut self, ready: &mut Ready) {
-        let mut ids: Vec<TraceId> = self.traces.keys().copied().collect();
-        ids.sort_unstable();
-        for trace_id in ids {
-            self.infer(trace_id, ready);
+        let mut slots = self.traces.drain();
+        slots.sort_unstable_by_key(|slot| slot.trace_id);
+        for slot in slots {
+            self.infer(slot.trace_id, slot.held, ready);
         }
-        self.queue.clear();
     }
 
     /// Infers the trace that has waited longest, early (the byte budget); false when none is
     /// held.
     pub(super) fn evict_oldest(&mut self, ready: &mut Ready) -> bool {
-        while let Some((_, trace_id)) = self.queue.pop_front() {
-            if let Some(held) = self.traces.get(&trace_id) {
-                if held.inferable() {
-                    ready.evicted += 1;
-                }
-                self.infer(trace_id, ready);
-                return true;
-            }
+        let Some(slot) = self.traces.pop_front() else {
+            return false;
+        };
+        if slot.held.inferable() {
+            ready.evicted += 1;
         }
-        false
+        self.infer(slot.trace_id, slot.held, ready);
+        true
     }
 
     /// Forgets the oldest inferred trace; false when none is remembered. Its late spans are
@@ -234,21 +339,18 @@ impl PlainHold {
     /// The oldest record (see [`Origins`]) a held span came from.
     pub(super) fn oldest_origin(&self) -> Option<u64> {
         self.traces
-            .values()
+            .iter()
             .filter_map(|held| held.origins.map(|o| o.min))
             .min()
     }
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
-        self.queue
+        self.traces
             .front()
-            .map(|&(queued, _)| queued + self.group_wait)
+            .map(|slot| slot.queued + self.group_wait)
     }
 
-    fn infer(&mut self, trace_id: TraceId, ready: &mut Ready) {
-        let Some(held) = self.traces.remove(&trace_id) else {
-            return;
-        };
+    fn infer(&mut self, trace_id: TraceId, held: Held, ready: &mut Ready) {
         self.bytes = self.bytes.saturating_sub(held.bytes);
         let Held {
             links,
@@ -301,5 +403,91 @@ impl PlainHold {
         finished.earlier.calls.extend(inferred.calls);
         finished.bytes += bytes;
         self.finished_bytes += bytes;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(now: Instant) -> Held {
+        Held {
+            links: Vec::new(),
+            plain: None,
+            origins: None,
+            last_seen: now,
+            bytes: 0,
+        }
+    }
+
+    fn trace(n: u32) -> TraceId {
+        let mut id = [0; 16];
+        id[..4].copy_from_slice(&n.to_be_bytes());
+        id
+    }
+
+    fn bytes_of(traces: &HeldTraces, n: u32) -> Option<usize> {
+        let id = trace(n);
+        let at = traces.find(traces.hasher.hash_one(id), &id)?;
+        Some(traces.queue.get(at)?.held.bytes)
+    }
+
+    fn add(traces: &mut HeldTraces, n: u32, now: Instant) {
+        traces.get_or_insert(trace(n), now, || held(now)).bytes += 1;
+    }
+
+    #[test]
+    fn a_trace_is_one_entry_found_until_it_leaves_from_the_front() {
+        let mut traces = HeldTraces::default();
+        let now = Instant::now();
+        let total = 3 * STALE_SWEPT as u32;
+        for n in 0..total {
+            add(&mut traces, n, now);
+            add(&mut traces, n, now);
+        }
+        for n in 0..total - 10 {
+            assert_eq!(traces.pop_front().map(|slot| slot.trace_id), Some(trace(n)));
+        }
+        for n in 0..total {
+            let expected = (n >= total - 10).then_some(2);
+            assert_eq!(bytes_of(&traces, n), expected, "trace {n}");
+        }
+        // A trace that left and comes again is a new entry, at the back.
+        add(&mut traces, 0, now);
+        assert_eq!(bytes_of(&traces, 0), Some(1));
+        assert_eq!(
+            traces.queue.back().map(|slot| slot.trace_id),
+            Some(trace(0))
+        );
+        // The stale entries were swept when they outnumbered the live ones.
+        assert!(traces.index.len() <= traces.queue.len() * 5 / 4 + STALE_SWEPT + 1);
+    }
+
+    #[test]
+    fn a_requeued_trace_moves_to_the_back_by_its_latest_span_and_drain_takes_all() {
+        let mut traces = HeldTraces::default();
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(5);
+        for n in 0..3 {
+            add(&mut traces, n, t0);
+        }
+        traces
+            .get_or_insert(trace(0), later, || held(later))
+            .last_seen = later;
+        let first = traces.pop_front();
+        assert_eq!(first.as_ref().map(|slot| slot.trace_id), Some(trace(0)));
+        if let Some(slot) = first {
+            traces.requeue(slot);
+        }
+        let order: Vec<TraceId> = traces.queue.iter().map(|slot| slot.trace_id).collect();
+        assert_eq!(order, [trace(1), trace(2), trace(0)]);
+        assert_eq!(traces.queue.back().map(|slot| slot.queued), Some(later));
+        assert_eq!(bytes_of(&traces, 0), Some(1));
+        let drained: Vec<TraceId> = traces.drain().iter().map(|slot| slot.trace_id).collect();
+        assert_eq!(drained, [trace(1), trace(2), trace(0)]);
+        assert!((0..3).all(|n| bytes_of(&traces, n).is_none()));
+        add(&mut traces, 2, t0);
+        assert_eq!(bytes_of(&traces, 2), Some(1));
+        assert_eq!(traces.front().map(|slot| slot.trace_id), Some(trace(2)));
     }
 }
