@@ -91,6 +91,24 @@ fn logical_span_arriving_last_completes_the_group() {
 }
 
 #[test]
+fn a_newer_logical_span_of_the_request_id_is_the_one_the_group_counts_and_takes() {
+    let mut a = Assembler::new(&options(10), 1);
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    a.offer(logical(1, 3), t, &mut ready);
+    a.offer(attempt(1, 1), t, &mut ready);
+    // A second logical span of the same request id, asking for one attempt, now names the
+    // request and completes it; the first still waits.
+    let mut newer = logical(1, 1);
+    newer.span_id = [101; 8];
+    a.offer(newer, t, &mut ready);
+    assert_eq!(ready.requests.len(), 1);
+    let logical = ready.requests[0].logical.as_ref().map(|l| l.span_id);
+    assert_eq!(logical, Some([101; 8]));
+    assert!(a.holds_logical([1; 16], [100; 8]));
+}
+
+#[test]
 fn group_waits_group_wait_since_its_latest_span() {
     let mut a = Assembler::new(&options(10), 1);
     let t = Instant::now();
