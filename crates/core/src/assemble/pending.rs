@@ -8,6 +8,7 @@
 
 use hashbrown::HashTable;
 
+use super::slab::Slab;
 use super::{Group, GroupKey};
 
 /// A pending group's place in the slab, valid until the group is taken. A place is reused
@@ -28,11 +29,10 @@ pub(super) struct PendingGroups {
     /// `(hash of the key, place)`: the hash is kept so that the table grows without reading
     /// the slab.
     index: HashTable<(u64, u32)>,
-    slab: Vec<Option<Pending>>,
+    slab: Slab<Pending>,
     /// Each place's latest deadline (see [`PendingGroups::deadline_of`]), beside the slab: a
     /// deadline checked when it comes due reads eight bytes, not the group.
     deadlines: Vec<u64>,
-    free: Vec<u32>,
 }
 
 impl PendingGroups {
@@ -62,7 +62,7 @@ impl PendingGroups {
     }
 
     pub(super) fn at(&self, place: Place) -> Option<&Pending> {
-        self.slab.get(place.0 as usize)?.as_ref()
+        self.slab.get(place.0)
     }
 
     /// The group of `key`, made with `make` when there is none; true when it is new.
@@ -76,8 +76,8 @@ impl PendingGroups {
             Some(place) => (place, false),
             None => (self.insert(hash, key.clone(), make()), true),
         };
-        let group = match self.slab.get_mut(place.0 as usize) {
-            Some(Some(pending)) => &mut pending.group,
+        let group = match self.slab.get_mut(place.0) {
+            Some(pending) => &mut pending.group,
             // `find` and `insert` return only occupied places.
             _ => unreachable!("a pending group's place is occupied"),
         };
@@ -85,39 +85,25 @@ impl PendingGroups {
     }
 
     fn insert(&mut self, hash: u64, key: GroupKey, group: Group) -> Place {
-        let pending = Some(Pending { key, group, hash });
-        let place = match self.free.pop() {
-            Some(place) => {
-                self.slab[place as usize] = pending;
-                place
-            }
-            None => {
-                // More pending groups than `u32::MAX` would be past every cap long before.
-                let place = u32::try_from(self.slab.len()).unwrap_or(u32::MAX);
-                self.slab.push(pending);
-                self.deadlines.push(0);
-                place
-            }
-        };
+        let (place, new) = self.slab.insert(Pending { key, group, hash });
+        if new {
+            self.deadlines.push(0);
+        }
         self.index.insert_unique(hash, (hash, place), |&(h, _)| h);
         Place(place)
     }
 
     /// Takes the group out of `place`, which becomes free.
     pub(super) fn remove(&mut self, place: Place) -> Option<Pending> {
-        let pending = self.slab.get_mut(place.0 as usize)?.take()?;
+        let pending = self.slab.remove(place.0)?;
         self.set_deadline(place, 0);
         if let Ok(entry) = self.index.find_entry(pending.hash, |&(_, p)| p == place.0) {
             entry.remove();
         }
-        self.free.push(place.0);
         Some(pending)
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = (Place, &Pending)> {
-        self.slab
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| Some((Place(u32::try_from(i).ok()?), p.as_ref()?)))
+        self.slab.iter().map(|(place, p)| (Place(place), p))
     }
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
+use super::slab::Slab;
 use super::ContextSpan;
 use crate::contract::{SpanId, TraceId};
 
@@ -47,8 +48,7 @@ pub(super) struct WaitingLogicals {
     /// `(hash of (trace, request id), place)` of the latest logical span filed under each
     /// request id: when one of that id leaves, so does the entry, whichever it names.
     by_request: HashTable<(u64, u32)>,
-    slab: Vec<Option<Entry>>,
-    free: Vec<u32>,
+    slab: Slab<Entry>,
     hasher: ahash::RandomState,
 }
 
@@ -66,7 +66,7 @@ impl WaitingLogicals {
     }
 
     fn entry(&self, place: u32) -> Option<&Entry> {
-        self.slab.get(place as usize)?.as_ref()
+        self.slab.get(place)
     }
 
     /// Where the logical span `(trace_id, span_id)` waits.
@@ -116,34 +116,18 @@ impl WaitingLogicals {
             .as_deref()
             .map(|id| self.request_hash(&trace_id, id));
         let request_id: Option<Arc<str>> = logical.span.request_id.clone();
-        let entry = Some(Entry {
+        let (place, _) = self.slab.insert(Entry {
             trace_id,
             logical,
             span_hash,
             request_hash,
         });
-        let place = match self.free.pop() {
-            Some(place) => {
-                self.slab[place as usize] = entry;
-                place
-            }
-            None => {
-                // More waiting logical spans than `u32::MAX` would be past every cap first.
-                let place = u32::try_from(self.slab.len()).unwrap_or(u32::MAX);
-                self.slab.push(entry);
-                place
-            }
-        };
         self.by_span
             .insert_unique(span_hash, (span_hash, place), |&(h, _)| h);
         if let (Some(hash), Some(id)) = (request_hash, request_id.as_deref()) {
             let slab = &self.slab;
             let found = self.by_request.find_mut(hash, |&(h, p)| {
-                h == hash
-                    && slab
-                        .get(p as usize)
-                        .and_then(Option::as_ref)
-                        .is_some_and(|e| e.is_request(&trace_id, id))
+                h == hash && slab.get(p).is_some_and(|e| e.is_request(&trace_id, id))
             });
             match found {
                 Some(named) => named.1 = place,
@@ -157,8 +141,7 @@ impl WaitingLogicals {
 
     /// Takes the logical span at `place` out of the slab and both indexes.
     pub(super) fn remove_at(&mut self, place: LogicalPlace) -> Option<WaitingLogical> {
-        let entry = self.slab.get_mut(place.0 as usize)?.take()?;
-        self.free.push(place.0);
+        let entry = self.slab.remove(place.0)?;
         if let Ok(found) = self
             .by_span
             .find_entry(entry.span_hash, |&(_, p)| p == place.0)
@@ -173,8 +156,7 @@ impl WaitingLogicals {
                 h == hash
                     && (p == place.0
                         || slab
-                            .get(p as usize)
-                            .and_then(Option::as_ref)
+                            .get(p)
                             .is_some_and(|e| e.is_request(&entry.trace_id, id)))
             });
             if let Ok(named) = named {
@@ -194,7 +176,7 @@ impl WaitingLogicals {
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = &WaitingLogical> {
-        self.slab.iter().flatten().map(|e| &e.logical)
+        self.slab.iter().map(|(_, e)| &e.logical)
     }
 }
 
