@@ -7,10 +7,9 @@
 //! the next sweep. Under load every evaluated request evicts one; removing it from keyed maps
 //! was two hash-table removals in tables gone cold since the insert (BENCHMARKS.md, issue 18).
 
-use std::collections::VecDeque;
-
 use hashbrown::HashTable;
 
+use super::seq_ring::{sweep, SeqRing};
 use super::{ContextSpan, GroupKey, SpanIds};
 use crate::contract::{SpanId, TraceId};
 
@@ -55,9 +54,7 @@ pub(super) struct Seq(u64);
 #[derive(Debug)]
 pub(super) struct FinishedCache {
     capacity: usize,
-    ring: VecDeque<Slot>,
-    /// The sequence number of `ring[0]`.
-    head: u64,
+    ring: SeqRing<Slot>,
     /// `(hash of the key, sequence number)`: the hash is kept so the table can grow without
     /// the (possibly evicted) entry.
     by_key: HashTable<(u64, u64)>,
@@ -78,8 +75,7 @@ impl FinishedCache {
     pub(super) fn with_capacity(capacity: usize) -> FinishedCache {
         FinishedCache {
             capacity,
-            ring: VecDeque::new(),
-            head: 0,
+            ring: SeqRing::default(),
             by_key: HashTable::new(),
             by_logical: HashTable::new(),
             live_logical: 0,
@@ -91,15 +87,8 @@ impl FinishedCache {
         self.ring.len()
     }
 
-    /// Where `seq` is in the ring; `None` once it has been evicted (or never was).
-    fn index(&self, seq: u64) -> Option<usize> {
-        usize::try_from(seq.checked_sub(self.head)?)
-            .ok()
-            .filter(|&i| i < self.ring.len())
-    }
-
     fn slot(&self, seq: u64) -> Option<&Slot> {
-        self.ring.get(self.index(seq)?)
+        self.ring.get(seq)
     }
 
     fn find(&self, hash: u64, key: &GroupKey) -> Option<u64> {
@@ -139,8 +128,7 @@ impl FinishedCache {
 
     /// The entry at `seq`; `None` once it has been evicted.
     pub(super) fn at(&mut self, seq: Seq) -> Option<&mut Finished> {
-        let i = self.index(seq.0)?;
-        self.ring.get_mut(i).map(|s| &mut s.finished)
+        self.ring.get_mut(seq.0).map(|s| &mut s.finished)
     }
 
     /// The entry of `key`, and whether it is new; `None` when the cache is off. A new entry
@@ -163,12 +151,12 @@ impl FinishedCache {
                 None => break,
             }
         }
-        let seq = self.head + self.ring.len() as u64;
-        self.ring.push_back(Slot {
+        let seq = self.ring.push_back(Slot {
             key: key.clone(),
             finished: Finished::default(),
         });
-        sweep(&mut self.by_key, self.ring.len(), self.head);
+        let live = self.ring.len();
+        sweep(&mut self.by_key, self.ring.head(), live, live + SWEEP_SLACK);
         self.by_key.insert_unique(hash, (hash, seq), |&(h, _)| h);
         Some((Seq(seq), true))
     }
@@ -176,7 +164,6 @@ impl FinishedCache {
     /// Forgets the oldest request.
     pub(super) fn evict_oldest(&mut self) -> Option<Finished> {
         let slot = self.ring.pop_front()?;
-        self.head += 1;
         self.live_logical -= slot.finished.logical_ids();
         Some(slot.finished)
     }
@@ -184,7 +171,7 @@ impl FinishedCache {
     /// Records that the entry at `seq` holds the logical span `id`, so a copy of it sent
     /// again is known ([`FinishedCache::holds_logical`]).
     pub(super) fn add_logical_id(&mut self, seq: Seq, id: SpanId) {
-        let Some(slot) = self.index(seq.0).and_then(|i| self.ring.get_mut(i)) else {
+        let Some(slot) = self.ring.get_mut(seq.0) else {
             return;
         };
         let finished = &mut slot.finished;
@@ -197,7 +184,13 @@ impl FinishedCache {
         }
         let hash = self.hasher.hash_one((slot.key.trace_id(), &id));
         self.live_logical += 1;
-        sweep(&mut self.by_logical, self.live_logical, self.head);
+        let live = self.live_logical;
+        sweep(
+            &mut self.by_logical,
+            self.ring.head(),
+            live,
+            live + SWEEP_SLACK,
+        );
         self.by_logical
             .insert_unique(hash, (hash, seq.0), |&(h, _)| h);
     }
@@ -221,14 +214,6 @@ impl FinishedCache {
     /// Every entry, oldest first.
     pub(super) fn iter(&self) -> impl Iterator<Item = (&GroupKey, &Finished)> {
         self.ring.iter().map(|s| (&s.key, &s.finished))
-    }
-}
-
-/// Drops the index entries of evicted requests (behind `head`) once they outnumber the `live`
-/// ones by more than [`SWEEP_SLACK`].
-fn sweep(index: &mut HashTable<(u64, u64)>, live: usize, head: u64) {
-    if index.len() > 2 * live + SWEEP_SLACK {
-        index.retain(|&mut (_, seq)| seq >= head);
     }
 }
 

@@ -10,6 +10,7 @@ mod finished;
 pub mod infer;
 mod pending;
 mod plain;
+mod seq_ring;
 mod slab;
 pub mod summary;
 mod waiting;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use hashbrown::HashTable;
 
 use super::infer::{infer_trace, EarlierTrace, Link, TraceSpans};
+use super::seq_ring::{sweep, SeqRing};
 use super::{FastMap, FastSet, Origins, Ready};
 use crate::contract::{HttpTry, SpanFacts, SpanId, SpanKind, TraceId};
 
@@ -70,19 +71,16 @@ pub(super) enum PlainOffer {
 /// Every trace gets an entry (declared spans note their links), and nearly every trace leaves
 /// from the front, by time or by the byte budget. A keyed map made each arrival and each
 /// departure a probe of a table gone cold (BENCHMARKS.md, issue 18, thirteenth pass). Here a
-/// trace leaves by popping the front, and the index forgets it lazily: an entry names a
-/// sequence number, and numbers before the front's are stale, swept out once they outnumber
-/// a quarter of the live ones.
+/// trace leaves by popping the front, and the index forgets it lazily (see [`SeqRing`]): its
+/// stale entries are swept once they outnumber a quarter of the live ones.
 #[derive(Debug, Default)]
 struct HeldTraces {
     /// One slot per held trace, by the time it was queued (its first span, or its latest when
     /// it came due and was requeued).
-    queue: VecDeque<Slot>,
-    /// The sequence number of `queue[0]`.
-    front: u64,
-    /// `(hash of the trace id, sequence number)`.
+    queue: SeqRing<Slot>,
+    /// `(hash of the trace id, sequence number)`: one live entry per queued trace, the rest
+    /// stale.
     index: HashTable<(u64, u64)>,
-    stale: usize,
     hasher: ahash::RandomState,
 }
 
@@ -98,18 +96,17 @@ struct Slot {
 const STALE_SWEPT: usize = 1024;
 
 impl HeldTraces {
-    fn find(&self, hash: u64, trace_id: &TraceId) -> Option<usize> {
-        let front = self.front;
+    /// The sequence number of the trace's slot.
+    fn find(&self, hash: u64, trace_id: &TraceId) -> Option<u64> {
         let queue = &self.queue;
         self.index
             .find(hash, |&(h, seq)| {
                 h == hash
-                    && seq >= front
                     && queue
-                        .get((seq - front) as usize)
+                        .get(seq)
                         .is_some_and(|slot| slot.trace_id == *trace_id)
             })
-            .map(|&(_, seq)| (seq - front) as usize)
+            .map(|&(_, seq)| seq)
     }
 
     /// The trace's entry, queued at `now` with `make` when it has none.
@@ -120,32 +117,32 @@ impl HeldTraces {
         make: impl FnOnce() -> Held,
     ) -> &mut Held {
         let hash = self.hasher.hash_one(trace_id);
-        let at = match self.find(hash, &trace_id) {
-            Some(at) => at,
+        let seq = match self.find(hash, &trace_id) {
+            Some(seq) => seq,
             None => self.push(hash, trace_id, now, make()),
         };
-        match self.queue.get_mut(at) {
+        match self.queue.get_mut(seq) {
             Some(slot) => &mut slot.held,
-            // `find` and `push` return places in the queue.
+            // `find` and `push` return entries in the queue.
             None => unreachable!("a held trace's slot is in the queue"),
         }
     }
 
-    fn push(&mut self, hash: u64, trace_id: TraceId, queued: Instant, held: Held) -> usize {
-        if self.stale > self.queue.len() / 4 + STALE_SWEPT {
-            let front = self.front;
-            self.index.retain(|&mut (_, seq)| seq >= front);
-            self.stale = 0;
-        }
-        let at = self.queue.len();
-        let seq = self.front + at as u64;
-        self.queue.push_back(Slot {
+    fn push(&mut self, hash: u64, trace_id: TraceId, queued: Instant, held: Held) -> u64 {
+        let live = self.queue.len();
+        sweep(
+            &mut self.index,
+            self.queue.head(),
+            live,
+            live / 4 + STALE_SWEPT,
+        );
+        let seq = self.queue.push_back(Slot {
             trace_id,
             queued,
             held,
         });
         self.index.insert_unique(hash, (hash, seq), |&(h, _)| h);
-        at
+        seq
     }
 
     fn front(&self) -> Option<&Slot> {
@@ -153,10 +150,7 @@ impl HeldTraces {
     }
 
     fn pop_front(&mut self) -> Option<Slot> {
-        let slot = self.queue.pop_front()?;
-        self.front += 1;
-        self.stale += 1;
-        Some(slot)
+        self.queue.pop_front()
     }
 
     /// Queues a trace that came due having received spans since, by its latest.
@@ -168,10 +162,8 @@ impl HeldTraces {
 
     /// Every held trace, taken out.
     fn drain(&mut self) -> Vec<Slot> {
-        self.front += self.queue.len() as u64;
         self.index.clear();
-        self.stale = 0;
-        self.queue.drain(..).collect()
+        self.queue.drain()
     }
 
     fn iter(&self) -> impl Iterator<Item = &Held> {
@@ -428,8 +420,8 @@ mod tests {
 
     fn bytes_of(traces: &HeldTraces, n: u32) -> Option<usize> {
         let id = trace(n);
-        let at = traces.find(traces.hasher.hash_one(id), &id)?;
-        Some(traces.queue.get(at)?.held.bytes)
+        let seq = traces.find(traces.hasher.hash_one(id), &id)?;
+        Some(traces.queue.get(seq)?.held.bytes)
     }
 
     fn add(traces: &mut HeldTraces, n: u32, now: Instant) {
@@ -456,7 +448,7 @@ mod tests {
         add(&mut traces, 0, now);
         assert_eq!(bytes_of(&traces, 0), Some(1));
         assert_eq!(
-            traces.queue.back().map(|slot| slot.trace_id),
+            traces.queue.iter().last().map(|slot| slot.trace_id),
             Some(trace(0))
         );
         // The stale entries were swept when they outnumbered the live ones.
@@ -481,7 +473,10 @@ mod tests {
         }
         let order: Vec<TraceId> = traces.queue.iter().map(|slot| slot.trace_id).collect();
         assert_eq!(order, [trace(1), trace(2), trace(0)]);
-        assert_eq!(traces.queue.back().map(|slot| slot.queued), Some(later));
+        assert_eq!(
+            traces.queue.iter().last().map(|slot| slot.queued),
+            Some(later)
+        );
         assert_eq!(bytes_of(&traces, 0), Some(1));
         let drained: Vec<TraceId> = traces.drain().iter().map(|slot| slot.trace_id).collect();
         assert_eq!(drained, [trace(1), trace(2), trace(0)]);
