@@ -1,6 +1,7 @@
-//! Times `replay`'s OTLP-JSON reader alone, on one thread, against a syntax-only pass of
-//! serde_json over the same lines: the floor any reader built on serde_json has (BENCHMARKS.md,
-//! issue 18, seventh pass).
+//! Times `replay`'s OTLP-JSON readers alone, on one thread: the cursor (what `replay` uses),
+//! the serde reader behind it, and a syntax-only pass of serde_json over the same lines, the
+//! floor any reader built on serde_json has (BENCHMARKS.md, issue 18, seventh and fourteenth
+//! passes).
 //!
 //! ```sh
 //! cargo run --release --example loadgen -- gen-jsonl --spans 262144 --out /tmp/spans.jsonl
@@ -11,7 +12,7 @@ use std::io::BufRead;
 use std::time::Instant;
 
 use anyhow::Context;
-use retry_spend_collector::contract::otlp_json::read_direct;
+use retry_spend_collector::contract::otlp_json::{read_cursor, read_direct};
 use retry_spend_collector::contract::AttributeKeys;
 
 fn main() -> anyhow::Result<()> {
@@ -26,6 +27,17 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("cannot read {path}"))?;
     let bytes: usize = lines.iter().map(String::len).sum();
     let keys = AttributeKeys::default();
+
+    let start = Instant::now();
+    let mut cursor_spans = 0;
+    let mut cursor_fallbacks = 0;
+    for line in &lines {
+        match read_cursor(line.as_bytes(), &keys) {
+            Some(facts) => cursor_spans += facts.len(),
+            None => cursor_fallbacks += 1,
+        }
+    }
+    let cursor = start.elapsed();
 
     let start = Instant::now();
     let mut spans = 0;
@@ -49,6 +61,13 @@ fn main() -> anyhow::Result<()> {
         "{} lines, {:.0} MB, {spans} spans ({fallbacks} lines left to the decoded path)",
         lines.len(),
         bytes as f64 / 1e6
+    );
+    println!(
+        "read_cursor: {:.3} s, {:.2} µs per span ({cursor_fallbacks} lines left to the serde \
+         reader; {:.2}× the serde reader's speed)",
+        cursor.as_secs_f64(),
+        cursor.as_secs_f64() * 1e6 / cursor_spans.max(1) as f64,
+        direct.as_secs_f64() / cursor.as_secs_f64().max(f64::EPSILON)
     );
     println!(
         "read_direct: {:.3} s, {:.2} µs per span",

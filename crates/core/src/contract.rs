@@ -779,6 +779,10 @@ pub enum ArrayRef<'a> {
     Decoded(&'a [AnyValue]),
     /// The encoded `ArrayValue` message.
     Wire(&'a [u8]),
+    /// Every item a string value, as the JSON cursor reads them.
+    Strings(&'a [std::borrow::Cow<'a, str>]),
+    /// Scalars, one at least not a string, as the JSON cursor reads them.
+    NotStrings,
 }
 
 impl<'a> From<&'a Value> for ValueRef<'a> {
@@ -1120,6 +1124,10 @@ fn string_array(value: ValueRef<'_>) -> Option<Vec<String>> {
             })
             .collect(),
         ValueRef::Array(ArrayRef::Wire(bytes)) => wire::array_strings(bytes),
+        ValueRef::Array(ArrayRef::Strings(items)) => {
+            Some(items.iter().map(|s| String::from(&**s)).collect())
+        }
+        ValueRef::Array(ArrayRef::NotStrings) => None,
         _ => None,
     };
     items.map(as_set)

@@ -6,6 +6,7 @@
 //! `"0.5"`; non-finite values are dropped, which makes the attribute count as missing), and
 //! enum names (`"SPAN_KIND_CLIENT"`, `"STATUS_CODE_ERROR"`) instead of their numbers.
 
+mod cursor;
 mod facts;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -35,6 +36,9 @@ pub fn parse_request(bytes: &[u8]) -> Result<ExportTraceServiceRequest, serde_js
 /// [`crate::contract::span_facts_with`] read them: by the direct JSON reader when it can, else
 /// (an unusual form, or an error to report) by the decoded path, whose error is the one given.
 pub fn read_facts(bytes: &[u8], keys: &AttributeKeys) -> Result<Vec<SpanFacts>, serde_json::Error> {
+    if let Some(spans) = cursor::read(bytes, keys) {
+        return Ok(spans);
+    }
     match facts::read(bytes, keys) {
         Some(spans) => Ok(spans),
         None => read_decoded(bytes, keys),
@@ -49,9 +53,14 @@ pub fn read_decoded(
     parse_request(bytes).map(|request| crate::contract::span_facts_with(&request, keys).collect())
 }
 
-/// The direct reader alone; `None` where [`read_facts`] falls back to the decoded path.
+/// The serde reader alone; `None` where it leaves the line to the decoded path.
 pub fn read_direct(bytes: &[u8], keys: &AttributeKeys) -> Option<Vec<SpanFacts>> {
     facts::read(bytes, keys)
+}
+
+/// The cursor alone; `None` where it leaves the line to the serde reader.
+pub fn read_cursor(bytes: &[u8], keys: &AttributeKeys) -> Option<Vec<SpanFacts>> {
+    cursor::read(bytes, keys)
 }
 
 /// Rewrites the alternative forms in place; false if the input is nested too deeply.

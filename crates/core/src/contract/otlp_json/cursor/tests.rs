@@ -1,0 +1,303 @@
+use proptest::prelude::*;
+use serde_json::json;
+
+use crate::contract::otlp_json::{read_cursor, read_decoded, read_facts};
+use crate::contract::{attr, AttributeKeys};
+
+/// The cursor, where it reads a line, gives the decoded path's facts; with the fallbacks every
+/// line gives the decoded path's facts or its error.
+fn assert_agree(line: &[u8], keys: &AttributeKeys) -> Result<(), TestCaseError> {
+    let decoded = read_decoded(line, keys).map_err(|e| e.to_string());
+    if let Some(read) = read_cursor(line, keys) {
+        prop_assert_eq!(
+            Ok(&read),
+            decoded.as_ref(),
+            "{}",
+            String::from_utf8_lossy(line)
+        );
+    }
+    prop_assert_eq!(read_facts(line, keys).map_err(|e| e.to_string()), decoded);
+    Ok(())
+}
+
+fn policy_keys() -> AttributeKeys {
+    AttributeKeys::new(
+        [
+            "unrelated.key",
+            attr::TASK_TYPE,
+            "host.name",
+            attr::REQUEST_MODEL,
+            attr::ALLOWED_FALLBACK_FAMILIES,
+            "deployment.environment",
+        ]
+        .map(String::from),
+    )
+}
+
+fn span(extra: &str) -> String {
+    format!(
+        r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708"{extra}}}]}}]}}]}}"#
+    )
+}
+
+/// Every non-empty line of the bundled example and the recorded fixtures.
+fn fixture_lines() -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("examples/retries.jsonl")];
+    for dir in ["tests/fixtures", "tests/fixtures/instrumented"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "jsonl") {
+                files.push(entry.path());
+            }
+        }
+    }
+    let mut lines = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        lines.extend(
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(String::from),
+        );
+    }
+    assert!(lines.len() > 20);
+    lines
+}
+
+#[test]
+fn fixtures_are_read_by_the_cursor_with_the_decoded_paths_facts() {
+    let (mut read, mut lines) = (0, 0);
+    for line in fixture_lines() {
+        lines += 1;
+        for keys in [AttributeKeys::NONE, policy_keys()] {
+            let decoded = read_decoded(line.as_bytes(), &keys).unwrap();
+            if let Some(spans) = read_cursor(line.as_bytes(), &keys) {
+                assert_eq!(spans, decoded, "{line}");
+                read += 1;
+            }
+        }
+    }
+    // Events on some recorded spans leave those lines to the serde reader.
+    assert!(read * 10 > lines * 2 * 9, "{read} of {} reads", lines * 2);
+}
+
+#[test]
+fn the_example_spans_are_all_read_by_the_cursor() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("examples/retries.jsonl")).unwrap();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            read_cursor(line.as_bytes(), &policy_keys()).is_some(),
+            "{line}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn the_cursor_reads_what_the_decoded_path_reads(
+        request in crate::contract::wire::tests::request(),
+        seed in any::<u64>(),
+    ) {
+        let line = super::super::facts::tests::varied_line(&request, seed);
+        assert_agree(line.as_bytes(), &AttributeKeys::NONE)?;
+        assert_agree(line.as_bytes(), &policy_keys())?;
+    }
+
+    /// One byte of a real line replaced, inserted or removed: whatever the cursor still reads,
+    /// it reads as the decoded path does.
+    #[test]
+    fn mangled_fixture_lines_give_the_decoded_paths_facts_or_error(
+        pick in any::<prop::sample::Index>(),
+        at in any::<prop::sample::Index>(),
+        byte in prop::sample::select(b"{}[]\",:\\ 0123456789-+.eEnulltrfasx\x01\xc3".to_vec()),
+        how in 0..3u8,
+    ) {
+        let lines = fixture_lines();
+        let mut line = lines[pick.index(lines.len())].clone().into_bytes();
+        let i = at.index(line.len());
+        match how {
+            0 => line[i] = byte,
+            1 => line.insert(i, byte),
+            _ => {
+                line.remove(i);
+            }
+        }
+        assert_agree(&line, &policy_keys())?;
+    }
+}
+
+#[test]
+fn most_random_lines_are_read_by_the_cursor() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = crate::contract::wire::tests::request();
+    let (mut read, mut spans) = (0, 0);
+    for seed in 0..300 {
+        let request = strategy.new_tree(&mut runner).unwrap().current();
+        let line = super::super::facts::tests::varied_line(&request, seed);
+        let n: usize = request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        spans += n;
+        if let Some(facts) = read_cursor(line.as_bytes(), &AttributeKeys::NONE) {
+            read += facts.len();
+        }
+    }
+    assert!(
+        read * 2 > spans,
+        "{read} of {spans} spans read by the cursor"
+    );
+}
+
+/// Edges of JSON's grammar and of the types the decoded path reads: each line gives the
+/// decoded path's facts or its error, and the common forms are read by the cursor.
+#[test]
+fn the_cursor_agrees_at_the_edges() -> Result<(), String> {
+    let long = "x".repeat(37);
+    let cases = [
+        // Numbers serde_json reads as floats, or cannot hold.
+        r#","attributes":[{"key":"n","value":{"intValue":-0}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"doubleValue":-0}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"doubleValue":-0.0}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"intValue":-9223372036854775808}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"intValue":-9223372036854775809}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"intValue":9223372036854775808}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"intValue":"+7"}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"intValue":" 7"}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"intValue":1.0}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"intValue":1e2}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"doubleValue":1e400}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"doubleValue":18446744073709551616}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"doubleValue":" Infinity "}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"doubleValue":"1e400"}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"doubleValue":0.1E-3}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"doubleValue":01}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"doubleValue":1.}}]"#.to_owned(),
+        r#","attributes":[{"key":"n","value":{"doubleValue":.5}}]"#.to_owned(),
+        r#","startTimeUnixNano":-0"#.to_owned(),
+        r#","startTimeUnixNano":-1"#.to_owned(),
+        r#","startTimeUnixNano":"+12""#.to_owned(),
+        r#","startTimeUnixNano":"18446744073709551616""#.to_owned(),
+        r#","endTimeUnixNano":18446744073709551615"#.to_owned(),
+        r#","kind":-0"#.to_owned(),
+        r#","kind":-1"#.to_owned(),
+        r#","kind":2147483648"#.to_owned(),
+        r#","kind":"SPAN_KIND_CLIENT""#.to_owned(),
+        r#","kind":"SPAN_KIND_\u0043LIENT""#.to_owned(),
+        r#","flags":-0"#.to_owned(),
+        r#","flags":4294967295"#.to_owned(),
+        r#","flags":4294967296"#.to_owned(),
+        r#","unknown":1e400"#.to_owned(),
+        r#","unknown":-"#.to_owned(),
+        r#","unknown":[1,]"#.to_owned(),
+        r#","unknown":{"a":1,}"#.to_owned(),
+        r#","unknown":tru"#.to_owned(),
+        r#","unknown":nulll"#.to_owned(),
+        // Strings: escapes, surrogates, raw control characters, long runs.
+        r#","name":"\ud800""#.to_owned(),
+        r#","name":"\ud83d\ude00""#.to_owned(),
+        r#","unknown":"\ud800""#.to_owned(),
+        ",\"name\":\"a\u{1}b\"".to_owned(),
+        ",\"name\":\"a\tb\"".to_owned(),
+        r#","name":"a\qb""#.to_owned(),
+        r#","name":"a\u00zzb""#.to_owned(),
+        r#","name":"a\"#.to_owned(),
+        r#","parent\u0053panId":"0102030405060709""#.to_owned(),
+        format!(
+            r#","attributes":[{{"key":"gen_ai.request.model","value":{{"stringValue":"{long}\u00e9\n\"\\\/\b\f\r\t{long}"}}}}]"#
+        ),
+        format!(
+            r#","attributes":[{{"key":"gen_ai.request.model","value":{{"stringValue":"{long}é{long}"}}}}]"#
+        ),
+        r#","attributes":[{"key":"a","value":{"stringValue":"x"},"key":"b"}]"#.to_owned(),
+        // Types the decoded path refuses, and nulls it takes as absent.
+        r#","name":null"#.to_owned(),
+        r#","flags":"1""#.to_owned(),
+        r#","attributes":null"#.to_owned(),
+        r#","attributes":[null]"#.to_owned(),
+        r#","attributes":[{"value":{"stringValue":"x"}}]"#.to_owned(),
+        r#","attributes":[{"key":"a","value":{"boolValue":"true"}}]"#.to_owned(),
+        r#","attributes":[{"key":"a","value":{"boolValue":false}}]"#.to_owned(),
+        r#","attributes":[{"key":"a","value":null},{"key":"b","value":{"stringValue":null}}]"#
+            .to_owned(),
+        r#","attributes":[{"key":"a","value":{"stringValue":null,"intValue":"1"}}]"#.to_owned(),
+        r#","attributes":[{"key":"a","value":{"arrayValue":null}}]"#.to_owned(),
+        r#","attributes":[{"key":"a","keyStrindex":-3,"value":{"other":[1]}}]"#.to_owned(),
+        r#","status":{"code":"STATUS_CODE_NONE"}"#.to_owned(),
+        r#","status":{"code":"STATUS_CODE_ERROR","message":"boom"}"#.to_owned(),
+        r#","status":{"code":2,"code":2}"#.to_owned(),
+        r#","status":null"#.to_owned(),
+        r#","events":[],"links":[ ],"droppedEventsCount":0"#.to_owned(),
+        r#","events":[{"name":"e","timeUnixNano":"5"}]"#.to_owned(),
+        // Arrays: of strings the contract reads; anything else left to the others.
+        format!(
+            r#","attributes":[{{"key":"{}","value":{{"arrayValue":{{"values":[{{"stringValue":"qwen"}},{{"stringValue":"glm"}}]}}}}}}]"#,
+            attr::ALLOWED_FALLBACK_FAMILIES
+        ),
+        format!(
+            r#","attributes":[{{"key":"{}","value":{{"arrayValue":{{"values":[]}}}}}}]"#,
+            attr::ALLOWED_FALLBACK_FAMILIES
+        ),
+        format!(
+            r#","attributes":[{{"key":"{}","value":{{"arrayValue":{{}}}}}}]"#,
+            attr::ALLOWED_FALLBACK_FAMILIES
+        ),
+        format!(
+            r#","attributes":[{{"key":"{}","value":{{"arrayValue":{{"values":[{{"stringValue":"qwen"}},{{"intValue":"3"}}]}}}}}}]"#,
+            attr::ALLOWED_FALLBACK_FAMILIES
+        ),
+        // Deep unknown values: within serde_json's limit, and past it.
+        format!(r#","unknown":{}1{}"#, "[".repeat(60), "]".repeat(60)),
+        format!(r#","unknown":{}1{}"#, "[".repeat(300), "]".repeat(300)),
+        r#","unknown":{"a":["}",{"b":"]\"["}]}"#.to_owned(),
+        r#","attributes":[{"key":"a","value":{"stringValue":"x","junk":1e400}}]"#.to_owned(),
+        r#","attributes":[{"key":"a","value":{"stringValue":"x","junk":[1,{"b":null}]}}]"#
+            .to_owned(),
+        r#","attributes":[{"key":"a","junk":1e400,"value":{"stringValue":"x"}}]"#.to_owned(),
+    ];
+    for extra in &cases {
+        for line in [span(extra), format!(" \n{}\t\r\n", span(extra))] {
+            assert_agree(line.as_bytes(), &policy_keys()).map_err(|e| e.to_string())?;
+        }
+    }
+    for common in [
+        2, 3, 6, 14, 22, 26, 29, 31, 46, 47, 55, 56, 61, 63, 64, 66, 67, 70, 72,
+    ] {
+        let line = span(&cases[common]);
+        assert!(
+            read_cursor(line.as_bytes(), &policy_keys()).is_some(),
+            "{line}"
+        );
+    }
+    let trailing = format!("{}x", span(""));
+    assert!(read_facts(trailing.as_bytes(), &AttributeKeys::NONE).is_err());
+    Ok(())
+}
+
+#[test]
+fn a_resource_and_scope_after_their_spans_still_name_them() {
+    let line = json!({"resourceSpans": [{
+        "scopeSpans": [{
+            "spans": [{"traceId": "0102030405060708090a0b0c0d0e0f10", "spanId": "0102030405060708"}],
+            "scope": {"name": "openai-v2", "version": "1"},
+        }],
+        "resource": {"attributes": [
+            {"key": "service.name", "value": {"stringValue": "late"}},
+            {"key": "service.name", "value": {"stringValue": "second"}},
+            {"key": "deployment.environment", "value": {"stringValue": "prod"}},
+        ]},
+    }]})
+    .to_string();
+    let spans = read_cursor(line.as_bytes(), &policy_keys()).expect("read by the cursor");
+    assert_eq!(&*spans[0].service_name, "late");
+    assert_eq!(
+        spans,
+        read_decoded(line.as_bytes(), &policy_keys()).unwrap()
+    );
+}
