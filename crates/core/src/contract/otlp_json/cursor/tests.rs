@@ -209,6 +209,11 @@ fn the_cursor_agrees_at_the_edges() -> Result<(), String> {
         r#","name":"a\u00zzb""#.to_owned(),
         r#","name":"a\"#.to_owned(),
         r#","parent\u0053panId":"0102030405060709""#.to_owned(),
+        r#","parentSpanId":"0A0b0C0d0E0f1F2a""#.to_owned(),
+        r#","parentSpanId":"0A0b0C0d0E0f1F2g""#.to_owned(),
+        r#","parentSpanId":"0A0b0C0d0E0f1F2""#.to_owned(),
+        r#","parentSpanId":"0A0b0C0d0E0f1F2a0""#.to_owned(),
+        r#","parentSpanId":"0A0b0C0d0E0f1F2\u00e9""#.to_owned(),
         format!(
             r#","attributes":[{{"key":"gen_ai.request.model","value":{{"stringValue":"{long}\u00e9\n\"\\\/\b\f\r\t{long}"}}}}]"#
         ),
@@ -267,7 +272,7 @@ fn the_cursor_agrees_at_the_edges() -> Result<(), String> {
         }
     }
     for common in [
-        2, 3, 6, 14, 22, 26, 29, 31, 46, 47, 55, 56, 61, 63, 64, 66, 67, 70, 72,
+        2, 3, 6, 14, 22, 26, 29, 31, 46, 51, 52, 60, 61, 66, 68, 69, 71, 72, 75, 77,
     ] {
         let line = span(&cases[common]);
         assert!(
