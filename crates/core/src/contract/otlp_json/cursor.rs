@@ -15,11 +15,11 @@
 //! error as before; the tests compare this reader with the decoded path.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
-use crate::contract::{
-    attr, string_form_of, ArrayRef, AttributeKeys, FactsReader, SpanFacts, ValueRef,
+use super::facts::{
+    name_scope, span_reader, Resource, SPAN_KINDS, STATUS_CODES, STATUS_CODE_ERROR,
 };
+use crate::contract::{ArrayRef, AttributeKeys, SpanFacts, ValueRef};
 
 /// Every span of one line, or `None` when the other readers must read it.
 pub(super) fn read(bytes: &[u8], keys: &AttributeKeys) -> Option<Vec<SpanFacts>> {
@@ -34,17 +34,6 @@ pub(super) fn read(bytes: &[u8], keys: &AttributeKeys) -> Option<Vec<SpanFacts>>
 /// Skipped values nest at most this deep below the field that holds them; serde_json refuses
 /// 128 levels in all, and the OTLP shape above a skipped value is far less than the rest.
 const MAX_SKIP_DEPTH: usize = 64;
-
-const SPAN_KINDS: [&str; 6] = [
-    "SPAN_KIND_UNSPECIFIED",
-    "SPAN_KIND_INTERNAL",
-    "SPAN_KIND_SERVER",
-    "SPAN_KIND_CLIENT",
-    "SPAN_KIND_PRODUCER",
-    "SPAN_KIND_CONSUMER",
-];
-const STATUS_CODES: [&str; 3] = ["STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"];
-const STATUS_CODE_ERROR: i32 = 2;
 
 /// Marks fields seen in one object: a key seen twice is left to the other readers.
 #[derive(Default)]
@@ -83,13 +72,6 @@ impl Val<'_> {
     }
 }
 
-/// What the spans need from their resource.
-#[derive(Default)]
-struct Resource {
-    service: Option<Arc<str>>,
-    captured: Vec<(String, String)>,
-}
-
 struct Cursor<'a> {
     text: &'a str,
     pos: usize,
@@ -117,21 +99,9 @@ impl<'a> Cursor<'a> {
         (self.peek()? == byte).then(|| self.pos += 1)
     }
 
-    /// Consumes `literal` if the input continues with it.
-    fn literal(&mut self, literal: &str) -> bool {
-        let found = self
-            .bytes()
-            .get(self.pos..)
-            .is_some_and(|rest| rest.starts_with(literal.as_bytes()));
-        if found {
-            self.pos += literal.len();
-        }
-        found
-    }
-
     /// `null`, consumed, if it comes next.
     fn null(&mut self) -> Option<bool> {
-        Some(self.peek()? == b'n' && self.literal("null"))
+        Some(self.peek()? == b'n' && self.expect(b"null").is_some())
     }
 
     /// An object, each field handed to `field` with its (unescaped) key.
@@ -353,9 +323,9 @@ impl<'a> Cursor<'a> {
     }
 
     fn bool(&mut self) -> Option<bool> {
-        if self.peek()? == b't' && self.literal("true") {
+        if self.peek()? == b't' && self.expect(b"true").is_some() {
             Some(true)
-        } else if self.literal("false") {
+        } else if self.expect(b"false").is_some() {
             Some(false)
         } else {
             None
@@ -411,7 +381,7 @@ impl<'a> Cursor<'a> {
             b'[' => self.array(|c| c.skip(depth + 1)),
             b'"' => self.string().map(drop),
             b't' | b'f' => self.bool().map(drop),
-            b'n' => self.literal("null").then_some(()),
+            b'n' => self.expect(b"null"),
             _ => self.number().map(drop),
         }
     }
@@ -451,17 +421,7 @@ impl<'a> Cursor<'a> {
             }
             _ => c.skip(0),
         })?;
-        let service = resource
-            .service
-            .unwrap_or_else(|| Arc::from(attr::UNKNOWN_SERVICE));
-        for facts in &mut out[first..] {
-            facts.service_name = Arc::clone(&service);
-            for (key, value) in &resource.captured {
-                facts
-                    .captured
-                    .capture_one(key, Some(ValueRef::Str(value)), keys);
-            }
-        }
+        resource.apply(&mut out[first..], keys);
         Some(())
     }
 
@@ -472,18 +432,7 @@ impl<'a> Cursor<'a> {
                 seen.first(0)?;
                 c.array(|c| {
                     let (key, value) = c.attribute()?;
-                    let (key, value) = (&*key, value.as_ref().map(Val::as_ref));
-                    if key == attr::SERVICE_NAME && resource.service.is_none() {
-                        resource.service = Some(match value {
-                            Some(ValueRef::Str(name)) if !name.is_empty() => Arc::from(name),
-                            _ => Arc::from(attr::UNKNOWN_SERVICE),
-                        });
-                    }
-                    if keys.contains(key) {
-                        if let Some(text) = value.and_then(string_form_of) {
-                            resource.captured.push((key.to_owned(), text));
-                        }
-                    }
+                    resource.attribute(&key, value.as_ref().map(Val::as_ref), keys);
                     Some(())
                 })
             }
@@ -523,12 +472,7 @@ impl<'a> Cursor<'a> {
             }
             _ => c.skip(0),
         })?;
-        let name = crate::contract::scope_name(scope.as_deref());
-        if name.is_some() {
-            for facts in &mut out[first..] {
-                facts.scope = name.clone();
-            }
-        }
+        name_scope(&mut out[first..], scope.as_deref());
         Some(())
     }
 
@@ -560,11 +504,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn span(&mut self, keys: &AttributeKeys, out: &mut Vec<SpanFacts>) -> Option<()> {
-        // The resource's service name is set once the resource is known.
-        thread_local! {
-            static PENDING: Arc<str> = Arc::from(attr::UNKNOWN_SERVICE);
-        }
-        let mut reader = FactsReader::new(PENDING.with(Arc::clone));
+        let mut reader = span_reader();
         let mut seen = Seen::default();
         let mut status_code = 0;
         self.object(|c, key| {
@@ -903,7 +843,7 @@ impl<'a> Cursor<'a> {
 /// A hex id of exactly `N` bytes, or none for the empty string; other forms are left to the
 /// decoded path. Reads what `hex::decode_to_slice` reads (either case), by table: its
 /// per-digit decoding was a twelfth of the reading.
-fn hex_id<const N: usize>(text: &str) -> Option<Option<[u8; N]>> {
+pub(super) fn hex_id<const N: usize>(text: &str) -> Option<Option<[u8; N]>> {
     if text.is_empty() {
         return Some(None);
     }

@@ -188,7 +188,7 @@ impl<'de> Deserialize<'de> for DoubleValue {
     }
 }
 
-const SPAN_KINDS: [&str; 6] = [
+pub(super) const SPAN_KINDS: [&str; 6] = [
     "SPAN_KIND_UNSPECIFIED",
     "SPAN_KIND_INTERNAL",
     "SPAN_KIND_SERVER",
@@ -196,7 +196,8 @@ const SPAN_KINDS: [&str; 6] = [
     "SPAN_KIND_PRODUCER",
     "SPAN_KIND_CONSUMER",
 ];
-const STATUS_CODES: [&str; 3] = ["STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"];
+pub(super) const STATUS_CODES: [&str; 3] =
+    ["STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"];
 
 struct EnumSeed(&'static [&'static str]);
 
@@ -464,28 +465,75 @@ impl<'de> Visitor<'de> for ResourceSpans<'_, '_> {
                 }
             }
         }
-        let service = resource
-            .service
-            .unwrap_or_else(|| Arc::from(attr::UNKNOWN_SERVICE));
-        for facts in &mut self.out[first..] {
-            facts.service_name = Arc::clone(&service);
-            for (key, value) in &resource.captured {
-                facts
-                    .captured
-                    .capture_one(key, Some(ValueRef::Str(value)), self.keys);
-            }
-        }
+        resource.apply(&mut self.out[first..], self.keys);
         Ok(())
     }
 }
 
-/// What the spans need from their resource.
+/// What the spans need from their resource (both direct readers build one).
 #[derive(Default)]
-struct Resource {
+pub(super) struct Resource {
     /// From the first `service.name` attribute (`unknown_service` when it is not a non-empty
     /// string), as [`crate::contract::service_name`] reads it.
     service: Option<Arc<str>>,
     captured: Vec<(String, String)>,
+}
+
+impl Resource {
+    /// Takes one resource attribute: the first `service.name` names the service, and values of
+    /// the policies' keys are kept.
+    pub(super) fn attribute(
+        &mut self,
+        key: &str,
+        value: Option<ValueRef<'_>>,
+        keys: &AttributeKeys,
+    ) {
+        if key == attr::SERVICE_NAME && self.service.is_none() {
+            self.service = Some(match value {
+                Some(ValueRef::Str(name)) if !name.is_empty() => Arc::from(name),
+                _ => Arc::from(attr::UNKNOWN_SERVICE),
+            });
+        }
+        if keys.contains(key) {
+            if let Some(text) = value.and_then(string_form_of) {
+                self.captured.push((key.to_owned(), text));
+            }
+        }
+    }
+
+    /// Gives the resource's spans, read before it may have been, its service name and its
+    /// captured attributes.
+    pub(super) fn apply(self, spans: &mut [SpanFacts], keys: &AttributeKeys) {
+        let service = self
+            .service
+            .unwrap_or_else(|| Arc::from(attr::UNKNOWN_SERVICE));
+        for facts in spans {
+            facts.service_name = Arc::clone(&service);
+            for (key, value) in &self.captured {
+                facts
+                    .captured
+                    .capture_one(key, Some(ValueRef::Str(value)), keys);
+            }
+        }
+    }
+}
+
+/// Gives a scope's spans, read before it may have been, its name.
+pub(super) fn name_scope(spans: &mut [SpanFacts], name: Option<&str>) {
+    let name = crate::contract::scope_name(name);
+    if name.is_some() {
+        for facts in spans {
+            facts.scope = name.clone();
+        }
+    }
+}
+
+/// The reader of one span, its service name set once the resource is known.
+pub(super) fn span_reader() -> FactsReader {
+    thread_local! {
+        static PENDING: Arc<str> = Arc::from(attr::UNKNOWN_SERVICE);
+    }
+    FactsReader::new(PENDING.with(Arc::clone))
 }
 
 struct ResourceSeed<'a, 'k> {
@@ -521,19 +569,8 @@ impl<'de> Visitor<'de> for ResourceSeed<'_, '_> {
                 "attributes" => {
                     seen.first(0)?;
                     for attribute in map.next_value::<Vec<Attribute<'de>>>()? {
-                        let key = &*attribute.key.0;
                         let value = attribute.value.as_ref().map(Val::as_ref);
-                        if key == attr::SERVICE_NAME && self.resource.service.is_none() {
-                            self.resource.service = Some(match value {
-                                Some(ValueRef::Str(name)) if !name.is_empty() => Arc::from(name),
-                                _ => Arc::from(attr::UNKNOWN_SERVICE),
-                            });
-                        }
-                        if self.keys.contains(key) {
-                            if let Some(text) = value.and_then(string_form_of) {
-                                self.resource.captured.push((key.to_owned(), text));
-                            }
-                        }
+                        self.resource.attribute(&attribute.key.0, value, self.keys);
                     }
                 }
                 "droppedAttributesCount" => {
@@ -591,12 +628,10 @@ impl<'de> Visitor<'de> for ScopeSpans<'_, '_> {
                 }
             }
         }
-        let name = crate::contract::scope_name(scope.as_ref().map(|s| s.name.as_str()));
-        if name.is_some() {
-            for facts in &mut self.out[first..] {
-                facts.scope = name.clone();
-            }
-        }
+        name_scope(
+            &mut self.out[first..],
+            scope.as_ref().map(|s| s.name.as_str()),
+        );
         Ok(())
     }
 }
@@ -610,12 +645,7 @@ object_seed!(Span);
 /// A hex id of exactly `N` bytes, or none for the empty string; other forms (another length,
 /// a `0x` prefix) are left to the decoded path.
 fn hex_id<const N: usize, E: de::Error>(text: &str) -> Result<Option<[u8; N]>, E> {
-    if text.is_empty() {
-        return Ok(None);
-    }
-    let mut id = [0u8; N];
-    hex::decode_to_slice(text, &mut id).map_err(E::custom)?;
-    Ok(Some(id))
+    super::cursor::hex_id(text).ok_or_else(|| E::custom("not a hex id of the expected length"))
 }
 
 impl<'de> Visitor<'de> for Span<'_, '_> {
@@ -624,11 +654,7 @@ impl<'de> Visitor<'de> for Span<'_, '_> {
         f.write_str("a Span object")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        // The resource's service name is set once the resource is known.
-        thread_local! {
-            static PENDING: Arc<str> = Arc::from(attr::UNKNOWN_SERVICE);
-        }
-        let mut reader = FactsReader::new(PENDING.with(Arc::clone));
+        let mut reader = span_reader();
         let mut seen = Seen::default();
         let mut status_code = 0;
         while let Some(key) = map.next_key::<Str<'de>>()? {
@@ -716,7 +742,7 @@ impl<'de> Visitor<'de> for Span<'_, '_> {
     }
 }
 
-const STATUS_CODE_ERROR: i32 = 2;
+pub(super) const STATUS_CODE_ERROR: i32 = 2;
 
 /// One span attribute, handed to the reader (and captured for policies) as it is read.
 struct SpanAttribute<'a, 'k> {

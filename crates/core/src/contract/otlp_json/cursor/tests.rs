@@ -1,67 +1,20 @@
 use proptest::prelude::*;
 use serde_json::json;
 
+use crate::contract::otlp_json::facts::tests::{
+    assert_reader_agrees, fixture_lines, policy_keys, varied_line,
+};
 use crate::contract::otlp_json::{read_cursor, read_decoded, read_facts};
 use crate::contract::{attr, AttributeKeys};
 
-/// The cursor, where it reads a line, gives the decoded path's facts; with the fallbacks every
-/// line gives the decoded path's facts or its error.
 fn assert_agree(line: &[u8], keys: &AttributeKeys) -> Result<(), TestCaseError> {
-    let decoded = read_decoded(line, keys).map_err(|e| e.to_string());
-    if let Some(read) = read_cursor(line, keys) {
-        prop_assert_eq!(
-            Ok(&read),
-            decoded.as_ref(),
-            "{}",
-            String::from_utf8_lossy(line)
-        );
-    }
-    prop_assert_eq!(read_facts(line, keys).map_err(|e| e.to_string()), decoded);
-    Ok(())
-}
-
-fn policy_keys() -> AttributeKeys {
-    AttributeKeys::new(
-        [
-            "unrelated.key",
-            attr::TASK_TYPE,
-            "host.name",
-            attr::REQUEST_MODEL,
-            attr::ALLOWED_FALLBACK_FAMILIES,
-            "deployment.environment",
-        ]
-        .map(String::from),
-    )
+    assert_reader_agrees(read_cursor, line, keys)
 }
 
 fn span(extra: &str) -> String {
     format!(
         r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708"{extra}}}]}}]}}]}}"#
     )
-}
-
-/// Every non-empty line of the bundled example and the recorded fixtures.
-fn fixture_lines() -> Vec<String> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut files = vec![root.join("examples/retries.jsonl")];
-    for dir in ["tests/fixtures", "tests/fixtures/instrumented"] {
-        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
-            if entry.path().extension().is_some_and(|e| e == "jsonl") {
-                files.push(entry.path());
-            }
-        }
-    }
-    let mut lines = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap();
-        lines.extend(
-            text.lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(String::from),
-        );
-    }
-    assert!(lines.len() > 20);
-    lines
 }
 
 #[test]
@@ -101,7 +54,7 @@ proptest! {
         request in crate::contract::wire::tests::request(),
         seed in any::<u64>(),
     ) {
-        let line = super::super::facts::tests::varied_line(&request, seed);
+        let line = varied_line(&request, seed);
         assert_agree(line.as_bytes(), &AttributeKeys::NONE)?;
         assert_agree(line.as_bytes(), &policy_keys())?;
     }
@@ -137,7 +90,7 @@ fn most_random_lines_are_read_by_the_cursor() {
     let (mut read, mut spans) = (0, 0);
     for seed in 0..300 {
         let request = strategy.new_tree(&mut runner).unwrap().current();
-        let line = super::super::facts::tests::varied_line(&request, seed);
+        let line = varied_line(&request, seed);
         let n: usize = request
             .resource_spans
             .iter()

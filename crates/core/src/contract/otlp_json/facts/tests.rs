@@ -2,13 +2,23 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use crate::contract::otlp_json::{read_decoded, read_direct, read_facts};
-use crate::contract::{attr, AttributeKeys};
+use crate::contract::{attr, AttributeKeys, SpanFacts};
 
 /// The direct reader, where it reads a line, gives the decoded path's facts; with the fallback
 /// every line gives the decoded path's facts or its error.
 fn assert_agree(line: &[u8], keys: &AttributeKeys) -> Result<(), TestCaseError> {
+    assert_reader_agrees(read_direct, line, keys)
+}
+
+/// `reader`, where it reads a line, gives the decoded path's facts; with the fallbacks every
+/// line gives the decoded path's facts or its error.
+pub(in crate::contract::otlp_json) fn assert_reader_agrees(
+    reader: fn(&[u8], &AttributeKeys) -> Option<Vec<SpanFacts>>,
+    line: &[u8],
+    keys: &AttributeKeys,
+) -> Result<(), TestCaseError> {
     let decoded = read_decoded(line, keys).map_err(|e| e.to_string());
-    if let Some(direct) = read_direct(line, keys) {
+    if let Some(direct) = reader(line, keys) {
         prop_assert_eq!(
             Ok(&direct),
             decoded.as_ref(),
@@ -20,16 +30,46 @@ fn assert_agree(line: &[u8], keys: &AttributeKeys) -> Result<(), TestCaseError> 
     Ok(())
 }
 
-fn policy_keys() -> AttributeKeys {
+/// Keys policies match on: of spans, of resources, arrays, and one no span has.
+pub(in crate::contract::otlp_json) fn policy_keys() -> AttributeKeys {
     AttributeKeys::new(
         [
             "unrelated.key",
             attr::TASK_TYPE,
             "host.name",
             attr::REQUEST_MODEL,
+            attr::ALLOWED_FALLBACK_FAMILIES,
+            "deployment.environment",
         ]
         .map(String::from),
     )
+}
+
+/// Every non-empty line of the bundled example and the recorded fixtures, read once.
+pub(in crate::contract::otlp_json) fn fixture_lines() -> &'static [String] {
+    static LINES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    LINES.get_or_init(|| {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut files = vec![root.join("examples/retries.jsonl")];
+        for dir in ["tests/fixtures", "tests/fixtures/instrumented"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+                if entry.path().extension().is_some_and(|e| e == "jsonl") {
+                    files.push(entry.path());
+                }
+            }
+        }
+        let mut lines = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            lines.extend(
+                text.lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(String::from),
+            );
+        }
+        assert!(lines.len() > 20);
+        lines
+    })
 }
 
 /// Rewrites a serialised request into the other forms exporters write, chosen by `choices`:
@@ -162,37 +202,16 @@ proptest! {
 
 #[test]
 fn fixtures_are_read_directly_with_the_decoded_paths_facts() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut files = vec![root.join("examples/retries.jsonl")];
-    for dir in ["tests/fixtures", "tests/fixtures/instrumented"] {
-        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
-            if entry.path().extension().is_some_and(|e| e == "jsonl") {
-                files.push(entry.path());
-            }
+    for line in fixture_lines() {
+        for keys in [AttributeKeys::NONE, policy_keys()] {
+            let direct = read_direct(line.as_bytes(), &keys);
+            assert!(direct.is_some(), "read directly: {line}");
+            assert_eq!(
+                direct.unwrap(),
+                read_decoded(line.as_bytes(), &keys).unwrap()
+            );
         }
     }
-    let mut lines = 0;
-    for file in files {
-        for line in std::fs::read_to_string(&file).unwrap().lines() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            lines += 1;
-            for keys in [AttributeKeys::NONE, policy_keys()] {
-                let direct = read_direct(line.as_bytes(), &keys);
-                assert!(
-                    direct.is_some(),
-                    "{} is read directly: {line}",
-                    file.display()
-                );
-                assert_eq!(
-                    direct.unwrap(),
-                    read_decoded(line.as_bytes(), &keys).unwrap()
-                );
-            }
-        }
-    }
-    assert!(lines > 20);
 }
 
 #[test]
