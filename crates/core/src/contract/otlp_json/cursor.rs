@@ -17,7 +17,7 @@
 use std::borrow::Cow;
 
 use super::facts::{
-    name_scope, span_reader, Resource, SPAN_KINDS, STATUS_CODES, STATUS_CODE_ERROR,
+    hex_bytes, name_scope, span_reader, Resource, SPAN_KINDS, STATUS_CODES, STATUS_CODE_ERROR,
 };
 use crate::contract::{ArrayRef, AttributeKeys, SpanFacts, ValueRef};
 
@@ -511,17 +511,17 @@ impl<'a> Cursor<'a> {
             match key {
                 "traceId" => {
                     seen.first(0)?;
-                    let id = hex_id::<16>(&c.string()?)?;
+                    let id = hex_bytes::<16>(&c.string()?)?;
                     reader.trace_id(id.as_ref().map_or(&[], |id| &id[..]));
                 }
                 "spanId" => {
                     seen.first(1)?;
-                    let id = hex_id::<8>(&c.string()?)?;
+                    let id = hex_bytes::<8>(&c.string()?)?;
                     reader.span_id(id.as_ref().map_or(&[], |id| &id[..]));
                 }
                 "parentSpanId" => {
                     seen.first(2)?;
-                    let id = hex_id::<8>(&c.string()?)?;
+                    let id = hex_bytes::<8>(&c.string()?)?;
                     reader.parent_span_id(id.as_ref().map_or(&[], |id| &id[..]));
                 }
                 "traceState" => {
@@ -839,44 +839,6 @@ impl<'a> Cursor<'a> {
         Some(string)
     }
 }
-
-/// A hex id of exactly `N` bytes, or none for the empty string; other forms are left to the
-/// decoded path. Reads what `hex::decode_to_slice` reads (either case), by table: its
-/// per-digit decoding was a twelfth of the reading.
-pub(super) fn hex_id<const N: usize>(text: &str) -> Option<Option<[u8; N]>> {
-    if text.is_empty() {
-        return Some(None);
-    }
-    if text.len() != 2 * N {
-        return None;
-    }
-    let mut id = [0u8; N];
-    for (byte, pair) in id.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
-        let (high, low) = (HEX[usize::from(pair[0])], HEX[usize::from(pair[1])]);
-        if (high | low) & 0xf0 != 0 {
-            return None;
-        }
-        *byte = high << 4 | low;
-    }
-    Some(Some(id))
-}
-
-/// Each byte's value as a hex digit, or 0xff.
-const HEX: [u8; 256] = {
-    let mut table = [0xff; 256];
-    let mut i = 0;
-    while i < 10 {
-        table[b'0' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        table[b'a' as usize + i] = 10 + i as u8;
-        table[b'A' as usize + i] = 10 + i as u8;
-        i += 1;
-    }
-    table
-};
 
 #[cfg(test)]
 mod tests;
