@@ -18,7 +18,8 @@ use crate::processor::{Arrival, Counts, Processor};
 use crate::record::{AttemptRow, Decision, SpendClass};
 use crate::sinks::parquet::remote::{self, LogObserver, UploadRetries, Uploader};
 use crate::sinks::parquet::{
-    ObjectStoreConfig, ParquetExporterConfig, ParquetSink, ParquetSinkError, RemoteOutput,
+    DatedBatches, ObjectStoreConfig, ParquetExporterConfig, ParquetSink, ParquetSinkError,
+    RemoteOutput,
 };
 
 const WRITE_BATCH_ROWS: usize = 8192;
@@ -401,9 +402,11 @@ fn upload_replay(
 ///
 /// The spans go to `shards` streams by trace, as `serve` shards them: each owns an assembler
 /// with its share of `max_pending_bytes` and runs on its own thread, while this thread reads,
-/// routes and counts lines. They share one sink, so a replay writes one file per date and
-/// rotation as before, whatever the number of streams. A trace's spans all reach one stream in
-/// input order, line by line, so every request is judged exactly as one stream would judge it.
+/// routes and counts lines. They make their rows into Arrow batches and hand them to one writer
+/// thread, which owns the sink, so a replay writes one file per date and rotation whatever the
+/// number of streams, and a stream never waits while another's batch is encoded. A trace's
+/// spans all reach one stream in input order, line by line, so every request is judged exactly
+/// as one stream would judge it.
 fn replay_with(
     inputs: &[PathBuf],
     engine: &Engine,
@@ -432,31 +435,52 @@ fn replay_with(
     let aborted = std::sync::atomic::AtomicBool::new(false);
     let sink = {
         let _writing = lock(writing);
-        Mutex::new(open_sink()?)
+        open_sink()?
     };
-    std::thread::scope(|scope| -> Result<(), ReplayError> {
+    let sink = std::thread::scope(|scope| -> Result<ParquetSink, ReplayError> {
+        // The streams make their rows into Arrow batches and one thread encodes them into the
+        // files: a stream never waits for another's encoding, and a few batches in flight
+        // bound what waits for the writer.
+        let (batches, written) = std::sync::mpsc::sync_channel::<DatedBatches>(shards);
+        let writer = std::thread::Builder::new()
+            .name("replay-writer".to_owned())
+            .spawn_scoped(scope, move || {
+                let mut sink = sink;
+                let mut files = Vec::new();
+                for batch in written {
+                    let _writing = lock(writing);
+                    files.extend(sink.write_batches(&batch, None)?);
+                }
+                Ok::<_, ParquetSinkError>((sink, files))
+            })
+            .map_err(|e| ReplayError::Read {
+                file: "replay writer thread".to_owned(),
+                source: e,
+            })?;
         let mut senders = Vec::with_capacity(shards);
         let mut streams = Vec::with_capacity(shards);
         for shard in 0..shards {
             // A few chunks per stream in flight bound what waits between reading and assembly.
             let (sender, lines) = std::sync::mpsc::sync_channel::<Vec<Vec<SpanFacts>>>(4);
             senders.push(sender);
-            let (bounds, aborted, sink) = (&bounds, &aborted, &sink);
+            let (bounds, aborted, batches) = (&bounds, &aborted, batches.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("replay-{shard}"))
                 .spawn_scoped(scope, move || {
                     let mut stream = Stream {
                         processor: Processor::new(engine.clone(), Assembler::new(bounds, shards)),
                         now: Instant::now(),
-                        sink,
+                        batches,
                         rows: Vec::with_capacity(WRITE_BATCH_ROWS),
-                        writing,
                         summary: ReplaySummary::default(),
                     };
                     for chunk in lines {
                         for spans in chunk {
                             stream.offer(spans);
-                            stream.write_ready()?;
+                            if !stream.write_ready()? {
+                                // The writer stopped; its error is the replay's.
+                                return Ok(stream.into_summary());
+                            }
                         }
                     }
                     if aborted.load(std::sync::atomic::Ordering::Acquire) {
@@ -470,6 +494,7 @@ fn replay_with(
                 })?;
             streams.push(thread);
         }
+        drop(batches);
 
         let read = read_inputs(
             inputs,
@@ -482,7 +507,7 @@ fn replay_with(
         if read.is_err() {
             aborted.store(true, std::sync::atomic::Ordering::Release);
         }
-        // The streams end once their input does.
+        // The streams end once their input does, and the writer once the streams do.
         drop(senders);
         let mut failed = read.err();
         for thread in streams {
@@ -496,9 +521,29 @@ fn replay_with(
                 }
             }
         }
-        failed.map_or(Ok(()), Err)
+        let sink = match writer.join() {
+            Ok(Ok((sink, files))) => {
+                summary.files_written.extend(files);
+                Some(sink)
+            }
+            Ok(Err(e)) => {
+                failed = failed.or(Some(e.into()));
+                None
+            }
+            Err(_) => {
+                failed = failed.or(Some(ReplayError::Store(
+                    "the replay writer panicked".to_owned(),
+                )));
+                None
+            }
+        };
+        match (failed, sink) {
+            (None, Some(sink)) => Ok(sink),
+            (Some(e), _) => Err(e),
+            (None, None) => Err(ReplayError::Store("the replay writer stopped".to_owned())),
+        }
     })?;
-    let mut sink = sink.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let mut sink = sink;
     {
         let _writing = lock(writing);
         summary.files_written.extend(sink.flush_all()?);
@@ -597,20 +642,18 @@ fn lock(mutex: &Mutex<()>) -> MutexGuard<'_, ()> {
 
 /// One stream of spans on their way to rows: its processor, the batch of rows not yet
 /// written, and what it did.
-struct Stream<'e> {
+struct Stream {
     processor: Processor,
     /// Time stands still in a replay: requests are evaluated when complete, at their budget,
     /// or at the end of the input, never because of a wait.
     now: Instant,
-    /// Shared by every stream of the replay.
-    sink: &'e Mutex<ParquetSink>,
+    /// To the replay's one writer.
+    batches: std::sync::mpsc::SyncSender<DatedBatches>,
     rows: Vec<AttemptRow>,
-    /// Held while the sink writes files.
-    writing: &'e Mutex<()>,
     summary: ReplaySummary,
 }
 
-impl Stream<'_> {
+impl Stream {
     /// Offers every span of one line.
     fn offer(&mut self, spans: Vec<SpanFacts>) {
         for facts in spans {
@@ -618,9 +661,10 @@ impl Stream<'_> {
         }
     }
 
-    /// Evaluates the requests made ready, and writes rows once a batch is full: a batch per
-    /// request would pay the Arrow and Parquet per-batch costs for every one to three rows.
-    fn write_ready(&mut self) -> Result<(), ParquetSinkError> {
+    /// Evaluates the requests made ready, and hands rows to the writer once a batch is full: a
+    /// batch per request would pay the Arrow and Parquet per-batch costs for every one to three
+    /// rows. False once the writer has stopped.
+    fn write_ready(&mut self) -> Result<bool, ParquetSinkError> {
         loop {
             let start = self.rows.len();
             // Spans inference let go made no row; in `replay` nothing is forwarded.
@@ -629,33 +673,35 @@ impl Stream<'_> {
                 .evaluate(&mut self.rows, WRITE_BATCH_ROWS, |_, _, _| {});
             let summary = &mut self.summary;
             self.rows[start..].iter().for_each(|row| summary.count(row));
-            if self.rows.len() >= WRITE_BATCH_ROWS || done.more {
-                self.write_rows()?;
+            if (self.rows.len() >= WRITE_BATCH_ROWS || done.more) && !self.write_rows()? {
+                return Ok(false);
             }
             if !done.more {
-                return Ok(());
+                return Ok(true);
             }
         }
     }
 
-    fn write_rows(&mut self) -> Result<(), ParquetSinkError> {
-        let _writing = lock(self.writing);
-        let mut sink = self.sink.lock().unwrap_or_else(PoisonError::into_inner);
-        self.summary.files_written.extend(sink.write(&self.rows)?);
+    fn write_rows(&mut self) -> Result<bool, ParquetSinkError> {
+        if self.rows.is_empty() {
+            return Ok(true);
+        }
+        let batches = DatedBatches::new(&self.rows)?;
         self.rows.clear();
-        Ok(())
+        Ok(self.batches.send(batches).is_ok())
     }
 
-    /// At the end of the input: evaluates what is still held and writes its rows (the files
-    /// are completed once every stream is done).
+    /// At the end of the input: evaluates what is still held and hands its rows to the writer
+    /// (the files are completed once every stream is done).
     fn finish(mut self) -> Result<ReplaySummary, ReplayError> {
         self.processor.drain_all();
-        self.write_ready()?;
-        self.write_rows()?;
+        if self.write_ready()? {
+            self.write_rows()?;
+        }
         Ok(self.into_summary())
     }
 
-    /// What the stream did: its own counts of rows and files, and the processor's of the rest.
+    /// What the stream did: its own counts of rows, and the processor's of the rest.
     fn into_summary(mut self) -> ReplaySummary {
         let counts = self.processor.counts();
         self.summary.ingest = counts;

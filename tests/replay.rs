@@ -805,3 +805,36 @@ fn a_small_budget_evaluates_early_and_says_so() {
     let rows = result.rows();
     assert!(rows.len() >= GENERATED_ROWS, "{} rows", rows.len());
 }
+
+/// A file the output cannot take, met while the streams are still handing rows on (the
+/// generated input makes several batches): replay ends with exit code 2 and the error, and
+/// leaves neither complete nor temporary Parquet files behind.
+#[test]
+fn a_write_that_fails_mid_replay_ends_it_with_the_error_and_no_files() {
+    let input = common::spans::jsonl(8, GENERATED_SPANS);
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first");
+    let rows = Replay::new().jsonl(&input).output(&first).rows();
+    assert_eq!(rows.len(), GENERATED_ROWS);
+
+    // Every partition directory the input needs is a plain file in the second output.
+    let blocked = dir.path().join("blocked");
+    let table = blocked.join("attempts");
+    std::fs::create_dir_all(&table).unwrap();
+    let mut partitions = 0;
+    for entry in std::fs::read_dir(first.join("attempts")).unwrap() {
+        std::fs::write(table.join(entry.unwrap().file_name()), b"not a directory").unwrap();
+        partitions += 1;
+    }
+    assert!(partitions > 0);
+
+    let result = Replay::new().jsonl(&input).output(&blocked).run();
+    assert_eq!(result.code(), Some(2));
+    let stderr = result.stderr();
+    assert!(
+        stderr.contains("cannot create") && stderr.contains("attempts/date="),
+        "{stderr}"
+    );
+    assert!(parquet_files(&blocked).is_empty());
+    assert!(temporary_files(&blocked).is_empty());
+}

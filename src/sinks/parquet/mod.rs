@@ -25,7 +25,7 @@ mod written;
 pub use config::{ObjectStoreConfig, ParquetExporterConfig};
 pub use layout::{TABLE_DIR, WAL_LSN_KEY};
 pub use output::{Output, OutputError, RemoteOutput};
-pub use sink::{ParquetSink, SinkStats};
+pub use sink::{DatedBatches, ParquetSink, SinkStats};
 pub use written::{remove_temporary_files, written_spans, RowKey, WrittenRows};
 
 /// Everything that can go wrong writing the `attempts` table. Each I/O case names the path, so
