@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{BufRead, BufReader};
+use std::io::Read;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -555,9 +556,6 @@ fn replay_with(
     Ok(summary)
 }
 
-/// What one read of an input asks the kernel for.
-const READ_BUFFER_BYTES: usize = 1 << 20;
-
 /// Reads every input (`-` is stdin) in order on `parsers` threads and routes each line's spans
 /// to the stream of their trace. Stops early when a stream has stopped (its error is the
 /// replay's).
@@ -576,18 +574,11 @@ fn read_inputs(
             file: name.clone(),
             source,
         };
-        // Lines of OTLP JSON run to hundreds of KiB: an 8 KiB buffer read each in dozens of
-        // system calls and copies.
-        let reader: Box<dyn BufRead + Send> = if input.as_os_str() == "-" {
-            Box::new(BufReader::with_capacity(
-                READ_BUFFER_BYTES,
-                std::io::stdin(),
-            ))
+        // Unbuffered: `parse_lines` reads blocks of its own.
+        let reader: Box<dyn Read + Send> = if input.as_os_str() == "-" {
+            Box::new(std::io::stdin())
         } else {
-            Box::new(BufReader::with_capacity(
-                READ_BUFFER_BYTES,
-                std::fs::File::open(input).map_err(read_err)?,
-            ))
+            Box::new(std::fs::File::open(input).map_err(read_err)?)
         };
         let mut stopped = false;
         let mut offer = |chunk: Parsed| {
@@ -600,9 +591,19 @@ fn read_inputs(
                 match line {
                     Ok(spans) if shards == 1 => routed[0].push(spans),
                     Ok(spans) => {
-                        let mut by_shard: Vec<Vec<SpanFacts>> = vec![Vec::new(); shards];
-                        for facts in spans {
-                            by_shard[shard_of(&facts.trace_id, shards)].push(facts);
+                        // Sized first: a line's spans are hundreds of facts, and growing a
+                        // vector of them step by step copied each several times.
+                        let of: Vec<usize> = spans
+                            .iter()
+                            .map(|facts| shard_of(&facts.trace_id, shards))
+                            .collect();
+                        let mut by_shard: Vec<Vec<SpanFacts>> = (0..shards)
+                            .map(|shard| {
+                                Vec::with_capacity(of.iter().filter(|&&s| s == shard).count())
+                            })
+                            .collect();
+                        for (facts, shard) in spans.into_iter().zip(of) {
+                            by_shard[shard].push(facts);
                         }
                         for (shard, spans) in by_shard.into_iter().enumerate() {
                             if !spans.is_empty() {
@@ -714,16 +715,31 @@ impl Stream {
 /// Each non-blank line of a chunk: its spans read into facts, or (line number, reason).
 type Parsed = Vec<Result<Vec<SpanFacts>, (usize, String)>>;
 
-/// A chunk handed to a parser thread: enough lines to amortise the hand-over, few enough
-/// bytes that chunks spread over the parsers and that the lines in flight stay small.
-const CHUNK_LINES: usize = 64;
-const CHUNK_BYTES: usize = 1 << 20;
+/// The least a block of input holds, and how many of the longest line so far it holds at
+/// least. A line cut by the block's end is copied to the start of the next (half a line per
+/// block on average); blocks of four lines copied less but held 25 MiB more in flight for no
+/// measurable gain (BENCHMARKS.md, issue 18, fifteenth pass).
+const BLOCK_BYTES: usize = 1 << 20;
+const BLOCK_LINES: usize = 2;
 
-/// Reads `reader` line by line and parses the lines on `parsers` threads (JSON is most of
-/// replay's cost), handing each chunk's facts to `offer` in input order, so grouping sees the
-/// spans exactly as a sequential read would.
+/// Whole lines read from an input in one block, as the reader hands them to a parser.
+struct Block {
+    /// Its place in the input: parsed blocks are offered in this order.
+    index: usize,
+    bytes: Vec<u8>,
+    lines: Lines,
+}
+
+/// Each non-blank line of a block: its number in the input and its bytes in the block, without
+/// `\n` or `\r\n`.
+type Lines = Vec<(usize, Range<usize>)>;
+
+/// Reads `reader` in blocks of whole lines and parses the lines on `parsers` threads (JSON is
+/// most of replay's cost), handing each block's facts to `offer` in input order, so grouping
+/// sees the spans exactly as a sequential read would. The kernel copies the input into the
+/// block a parser reads: read line by line through a buffer, every byte was copied once more.
 fn parse_lines(
-    reader: Box<dyn BufRead + Send>,
+    reader: Box<dyn Read + Send>,
     keys: &AttributeKeys,
     parsers: usize,
     offer: &mut dyn FnMut(Parsed),
@@ -731,17 +747,15 @@ fn parse_lines(
     use std::sync::mpsc::{sync_channel, Receiver};
     use std::sync::Mutex;
 
-    type Chunk = (usize, Vec<(usize, Vec<u8>)>);
-    let (work_tx, work_rx) = sync_channel::<Chunk>(parsers * 2);
+    let (work_tx, work_rx) = sync_channel::<Block>(parsers * 2);
     let (done_tx, done_rx) = sync_channel::<(usize, Parsed)>(parsers * 2);
-    // One slot per chunk read and not yet offered: parsed chunks waiting for an earlier, slower
+    // One slot per block read and not yet offered: parsed blocks waiting for an earlier, slower
     // one cannot pile up without bound.
     let (slot_tx, slot_rx) = sync_channel::<()>(parsers * 4);
-    // Parsed lines' buffers go back to the reader: a fresh buffer per line is fresh memory the
-    // kernel zeroes (a fifth of replay's time before), and the parser that frees one is not the
-    // reader that allocates the next.
-    let (spare_tx, spare_rx) = sync_channel::<Vec<u8>>(parsers * 4 * CHUNK_LINES);
-    let work_rx: Mutex<Receiver<Chunk>> = Mutex::new(work_rx);
+    // Parsed blocks go back to the reader: fresh memory is memory the kernel zeroes, and the
+    // parser that frees a block is not the reader that allocates the next.
+    let (spare_tx, spare_rx) = sync_channel::<Vec<u8>>(parsers * 4);
+    let work_rx: Mutex<Receiver<Block>> = Mutex::new(work_rx);
     std::thread::scope(|scope| {
         for _ in 0..parsers.max(1) {
             let (work_rx, done_tx, spare_tx) = (&work_rx, done_tx.clone(), spare_tx.clone());
@@ -751,17 +765,17 @@ fn parse_lines(
                     Ok(rx) => rx.recv(),
                     Err(_) => return,
                 };
-                let Ok((index, lines)) = next else { return };
-                let parsed = lines
-                    .into_iter()
-                    .map(|(number, mut line)| {
-                        let facts = read_facts(&line, keys).map_err(|e| (number, e.to_string()));
-                        line.clear();
-                        let _ = spare_tx.try_send(line);
-                        facts
+                let Ok(block) = next else { return };
+                let parsed = block
+                    .lines
+                    .iter()
+                    .map(|(number, range)| {
+                        read_facts(&block.bytes[range.clone()], keys)
+                            .map_err(|e| (*number, e.to_string()))
                     })
                     .collect();
-                if done_tx.send((index, parsed)).is_err() {
+                let _ = spare_tx.try_send(block.bytes);
+                if done_tx.send((block.index, parsed)).is_err() {
                     return;
                 }
             });
@@ -769,50 +783,28 @@ fn parse_lines(
         drop((done_tx, spare_tx));
         let reading = scope.spawn(move || -> std::io::Result<()> {
             let mut reader = reader;
-            let (mut chunk, mut bytes) = (Vec::with_capacity(CHUNK_LINES), 0);
+            let mut blocks = Blocks::default();
             let mut index = 0;
-            // Lines of a file are alike: sized like the longest so far, a line is read without
-            // growing its buffer step by step (each step a copy into fresh pages).
-            let mut longest = 0;
-            for number in 1.. {
-                let mut line = spare_rx
-                    .try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(longest));
-                // Bytes, not a `String`: the JSON parser checks UTF-8 as it reads strings, and
-                // a line that is not UTF-8 is a bad line like any other, not the end of the
-                // replay.
-                if reader.read_until(b'\n', &mut line)? == 0 {
-                    break;
-                }
-                longest = longest.max(line.len()).min(CHUNK_BYTES);
-                // As `lines()` would: without its `\n` or `\r\n`, so errors name the line's
-                // own columns.
-                if line.ends_with(b"\n") {
-                    line.pop();
-                    if line.ends_with(b"\r") {
-                        line.pop();
-                    }
-                }
-                if line.trim_ascii().is_empty() {
+            loop {
+                let spare = spare_rx.try_recv().unwrap_or_default();
+                let Some((bytes, lines)) = blocks.next(&mut reader, spare)? else {
+                    return Ok(());
+                };
+                if lines.is_empty() {
                     continue;
                 }
-                bytes += line.len();
-                chunk.push((number, line));
-                if chunk.len() == CHUNK_LINES || bytes >= CHUNK_BYTES {
-                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_LINES));
-                    bytes = 0;
-                    if slot_tx.send(()).is_err() || work_tx.send((index, full)).is_err() {
-                        return Ok(());
-                    }
-                    index += 1;
+                let block = Block {
+                    index,
+                    bytes,
+                    lines,
+                };
+                if slot_tx.send(()).is_err() || work_tx.send(block).is_err() {
+                    return Ok(());
                 }
+                index += 1;
             }
-            if !chunk.is_empty() && slot_tx.send(()).is_ok() {
-                let _ = work_tx.send((index, chunk));
-            }
-            Ok(())
         });
-        // Chunks finish out of order; hold the early ones until their turn.
+        // Blocks finish out of order; hold the early ones until their turn.
         let mut waiting = BTreeMap::new();
         let mut next = 0;
         for (index, parsed) in done_rx {
@@ -827,4 +819,142 @@ fn parse_lines(
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("the replay reader panicked")))
     })
+}
+
+/// Cuts an input into blocks of whole lines.
+#[derive(Default)]
+struct Blocks {
+    /// The start of a line the last block cut, to begin the next one.
+    carry: Vec<u8>,
+    /// Lines so far, blank ones included: the number of the next line is one more.
+    lines: usize,
+    longest: usize,
+    ended: bool,
+}
+
+impl Blocks {
+    /// The next block of whole lines, read into `bytes` (cleared first), with its non-blank
+    /// lines; `None` at the end of the input. A line with no `\n` after it ends the input.
+    fn next(
+        &mut self,
+        reader: &mut dyn Read,
+        mut bytes: Vec<u8>,
+    ) -> std::io::Result<Option<(Vec<u8>, Lines)>> {
+        if self.ended {
+            return Ok(None);
+        }
+        bytes.clear();
+        bytes.append(&mut self.carry);
+        let target = BLOCK_BYTES.max(self.longest.saturating_mul(BLOCK_LINES));
+        bytes.reserve(target.saturating_sub(bytes.len()).max(1));
+        // Fill the block (`read_to_end` reads into its spare capacity without zeroing it first);
+        // a full block without a line end grows until the line fits.
+        let whole = loop {
+            let spare = bytes.capacity() - bytes.len();
+            let read = Read::take(&mut *reader, spare as u64).read_to_end(&mut bytes)?;
+            if read < spare {
+                self.ended = true;
+                break bytes.len();
+            }
+            match memchr::memrchr(b'\n', &bytes) {
+                Some(last) => break last + 1,
+                None => bytes.reserve(bytes.len()),
+            }
+        };
+        self.carry.extend_from_slice(&bytes[whole..]);
+        bytes.truncate(whole);
+        let mut lines = Vec::new();
+        let mut start = 0;
+        while start < bytes.len() {
+            let end = memchr::memchr(b'\n', &bytes[start..]).map_or(bytes.len(), |at| start + at);
+            self.lines += 1;
+            self.longest = self.longest.max(end - start);
+            // As `lines()` would: without its `\n` or `\r\n`, so errors name the line's own
+            // columns.
+            let mut line = start..end;
+            if bytes[line.clone()].ends_with(b"\r") {
+                line.end -= 1;
+            }
+            if !bytes[line.clone()].trim_ascii().is_empty() {
+                lines.push((self.lines, line));
+            }
+            start = end + 1;
+        }
+        if self.ended && bytes.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some((bytes, lines)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hands out at most `step` bytes per read, as a pipe does.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.step).min(self.bytes.len());
+            buf[..n].copy_from_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            Ok(n)
+        }
+    }
+
+    /// Every line `Blocks` cuts from `input` read `step` bytes at a time: (number, text).
+    fn lines_of(input: &[u8], step: usize) -> Vec<(usize, Vec<u8>)> {
+        let mut reader = Trickle { bytes: input, step };
+        let mut blocks = Blocks::default();
+        let mut lines = Vec::new();
+        while let Some((bytes, ranges)) = blocks
+            .next(&mut reader, Vec::new())
+            .expect("reading from memory")
+        {
+            lines.extend(
+                ranges
+                    .into_iter()
+                    .map(|(number, range)| (number, bytes[range].to_vec())),
+            );
+        }
+        lines
+    }
+
+    #[test]
+    fn lines_are_numbered_as_the_input_has_them_blank_ones_counted_and_skipped() {
+        let input = b"a\n\n  \r\nb\r\nc";
+        let expected = vec![(1, b"a".to_vec()), (4, b"b".to_vec()), (5, b"c".to_vec())];
+        for step in [1, 3, usize::MAX] {
+            assert_eq!(lines_of(input, step), expected, "step {step}");
+        }
+        assert_eq!(lines_of(b"a\n", 1), vec![(1, b"a".to_vec())]);
+        assert!(lines_of(b"", 1).is_empty());
+        assert!(lines_of(b"\n\n", 1).is_empty());
+    }
+
+    #[test]
+    fn lines_longer_than_a_block_and_lines_cut_by_one_arrive_whole() {
+        // A line past the block's size, then enough lines that some are cut by a block's end
+        // and carried into the next.
+        let long = vec![b'x'; BLOCK_BYTES * 2 + 17];
+        let mut input = long.clone();
+        input.push(b'\n');
+        let short: Vec<Vec<u8>> = (0..5_000)
+            .map(|i| format!("line {i} {}", "y".repeat(i % 997)).into_bytes())
+            .collect();
+        for line in &short {
+            input.extend_from_slice(line);
+            input.push(b'\n');
+        }
+        let lines = lines_of(&input, 64 * 1024);
+        assert_eq!(lines.len(), 1 + short.len());
+        assert_eq!(lines[0], (1, long));
+        for (i, line) in short.iter().enumerate() {
+            assert_eq!(lines[i + 1], (i + 2, line.clone()));
+        }
+    }
 }

@@ -25,7 +25,9 @@ use crate::contract::{ArrayRef, AttributeKeys, SpanFacts, ValueRef};
 pub(super) fn read(bytes: &[u8], keys: &AttributeKeys) -> Option<Vec<SpanFacts>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let mut cursor = Cursor { text, pos: 0 };
-    let mut spans = Vec::new();
+    // A span of OTLP JSON with GenAI attributes is a kilobyte or more: sized for that, a
+    // line's facts (hundreds of bytes each) are not copied at every doubling.
+    let mut spans = Vec::with_capacity(bytes.len() / 1024);
     cursor.request(keys, &mut spans)?;
     cursor.ws();
     (cursor.pos == text.len()).then_some(spans)
