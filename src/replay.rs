@@ -835,6 +835,8 @@ struct Blocks {
 impl Blocks {
     /// The next block of whole lines, read into `bytes` (cleared first), with its non-blank
     /// lines; `None` at the end of the input. A line with no `\n` after it ends the input.
+    /// From a pipe a block waits until it is full or the input ends, which a batch job that
+    /// judges what is still held at the end of its input loses nothing by.
     fn next(
         &mut self,
         reader: &mut dyn Read,
