@@ -649,6 +649,28 @@ fn stdin_is_read_with_a_dash() {
 }
 
 #[test]
+fn crlf_blank_lines_and_a_last_line_without_newline_read_as_the_plain_file() {
+    let text = std::fs::read_to_string(EXAMPLE).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // Line 1, two blank lines, a broken line 4, then the rest, all ended by `\r\n` but the
+    // last, which has no line end at all.
+    let mut input = format!("{}\r\n\r\n   \n{{\"resourceSpans\": [\r\n", lines[0]);
+    input.push_str(&lines[1..].join("\r\n"));
+    let result = Replay::new().stdin(input.into_bytes()).run();
+    assert_eq!(result.code(), Some(1));
+    let stderr = result.stderr();
+    assert!(stderr.contains("-:4: "), "{stderr}");
+
+    let sorted = |mut rows: Vec<common::Row>| {
+        rows.sort_by_key(|r| (r["trace_id"].clone(), r["span_id"].clone()));
+        rows
+    };
+    let plain = Replay::new().input(Path::new(EXAMPLE)).rows();
+    assert_eq!(plain.len(), EXPECTED.len());
+    assert_eq!(sorted(result.rows()), sorted(plain));
+}
+
+#[test]
 fn pricing_check_lists_the_shipped_snapshot() {
     let stdout = succeeded("pricing check", &run(["pricing", "check", PRICING]));
     assert!(
