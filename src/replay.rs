@@ -597,11 +597,10 @@ fn read_inputs(
                             .iter()
                             .map(|facts| shard_of(&facts.trace_id, shards))
                             .collect();
-                        let mut by_shard: Vec<Vec<SpanFacts>> = (0..shards)
-                            .map(|shard| {
-                                Vec::with_capacity(of.iter().filter(|&&s| s == shard).count())
-                            })
-                            .collect();
+                        let mut counts = vec![0; shards];
+                        of.iter().for_each(|&shard| counts[shard] += 1);
+                        let mut by_shard: Vec<Vec<SpanFacts>> =
+                            counts.into_iter().map(Vec::with_capacity).collect();
                         for (facts, shard) in spans.into_iter().zip(of) {
                             by_shard[shard].push(facts);
                         }
