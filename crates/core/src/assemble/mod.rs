@@ -28,8 +28,29 @@ use waiting::{LogicalPlace, WaitingLogical, WaitingLogicals};
 
 /// Maps keyed by ids from the wire: a fast keyed hash, still randomised per process so a
 /// client cannot choose colliding ids.
-pub type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
-pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
+pub type FastMap<K, V> = std::collections::HashMap<K, V, ProcessKeys>;
+pub type FastSet<K> = std::collections::HashSet<K, ProcessKeys>;
+
+/// ahash keyed once per process. `ahash::RandomState::new()` adds to one atomic counter that
+/// every thread shares, and inference makes a dozen small maps per trace: the streams and
+/// shards took turns owning that cache line (BENCHMARKS.md, issue 18, sixteenth pass).
+#[derive(Debug, Clone)]
+pub struct ProcessKeys(ahash::RandomState);
+
+impl Default for ProcessKeys {
+    fn default() -> Self {
+        static KEYS: std::sync::OnceLock<ahash::RandomState> = std::sync::OnceLock::new();
+        ProcessKeys(KEYS.get_or_init(ahash::RandomState::new).clone())
+    }
+}
+
+impl std::hash::BuildHasher for ProcessKeys {
+    type Hasher = ahash::AHasher;
+
+    fn build_hasher(&self) -> ahash::AHasher {
+        self.0.build_hasher()
+    }
+}
 /// What one group or finished entry costs beyond the spans it holds: its map slots (at the
 /// tables' load factor), the four or five copies of its key in the maps that index it, and
 /// the allocator's rounding. An estimate, for the byte budget; measured against RSS in
