@@ -5,6 +5,7 @@
 //! the same rows whichever way its spans arrived. A driver owns what is its own: the clock
 //! (`now` is always passed in), the write-ahead log's bookkeeping, where rows go.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::assemble::{Assembler, AssemblyBounds, Offer, Origins, Ready, Request};
@@ -83,8 +84,13 @@ pub struct Evaluated {
 pub struct Processor {
     engine: Engine,
     assembler: Assembler,
-    /// Requests made ready and not yet evaluated.
+    /// What the assembler made ready since the last [`Processor::evaluate`].
     ready: Ready,
+    /// Requests taken from `ready` and not evaluated yet, in the order they became ready. A
+    /// call that stops at its row limit leaves the rest here where they lie: put back into a
+    /// vector, every request behind the limit was copied again on each call, quadratic in a
+    /// drain of thousands of held traces (BENCHMARKS.md, issue 18, sixteenth pass).
+    queue: VecDeque<Request>,
     counts: Counts,
 }
 
@@ -98,6 +104,7 @@ impl Processor {
             engine,
             assembler,
             ready: Ready::default(),
+            queue: VecDeque::new(),
             counts: Counts::default(),
         }
     }
@@ -143,7 +150,9 @@ impl Processor {
     pub fn drain_all(&mut self) {
         let drained = self.assembler.drain_all();
         let ready = &mut self.ready;
-        ready.requests.extend(drained.requests);
+        // In the order they became ready: what was ready before the drain goes first.
+        self.queue.extend(ready.requests.drain(..));
+        self.queue.extend(drained.requests);
         ready.evicted += drained.evicted;
         ready.consumed.extend(drained.consumed);
         ready.consumed_origins =
@@ -171,13 +180,20 @@ impl Processor {
             consumed_origins: ready.consumed_origins.take(),
             ..Evaluated::default()
         };
-        // The queue's buffer is kept for the next offers: made afresh, it grew by doubling
-        // (copying requests of hundreds of bytes) after every call.
-        let mut batch = std::mem::take(&mut ready.requests);
-        let mut requests = batch.drain(..).peekable();
-        while let Some(request) =
-            requests.next_if(|r| rows.is_empty() || rows.len() + r.attempts.len() <= row_limit)
-        {
+        // Both buffers are kept for the next calls: made afresh, they grew by doubling (copying
+        // requests of hundreds of bytes) after every call.
+        self.queue.extend(ready.requests.drain(..));
+        if ready.requests.capacity() > KEPT_READY_CAPACITY {
+            ready.requests = Vec::new();
+        }
+        loop {
+            let fits = self
+                .queue
+                .front()
+                .is_some_and(|r| rows.is_empty() || rows.len() + r.attempts.len() <= row_limit);
+            let Some(request) = fits.then(|| self.queue.pop_front()).flatten() else {
+                break;
+            };
             if !request.evaluated.is_empty() {
                 done.late_attempts += request.attempts.len() as u64;
             }
@@ -188,11 +204,10 @@ impl Processor {
             done.requests += 1;
             self.assembler.finish(request);
         }
-        // Whatever is left stays first in line; nothing was offered meanwhile.
-        self.ready.requests.extend(requests);
-        done.more = !self.ready.requests.is_empty();
-        if !done.more && batch.capacity() <= KEPT_READY_CAPACITY {
-            self.ready.requests = batch;
+        // Whatever is left stays first in line.
+        done.more = !self.queue.is_empty();
+        if !done.more && self.queue.capacity() > KEPT_READY_CAPACITY {
+            self.queue = VecDeque::new();
         }
         self.counts.requests += done.requests;
         self.counts.evicted += done.evicted;
@@ -201,7 +216,8 @@ impl Processor {
 
     /// Whether requests wait for [`Processor::evaluate`].
     pub fn has_ready(&self) -> bool {
-        !self.ready.requests.is_empty()
+        !self.queue.is_empty()
+            || !self.ready.requests.is_empty()
             || !self.ready.consumed.is_empty()
             || self.ready.evicted > 0
             || self.ready.duplicates > 0
@@ -320,6 +336,39 @@ mod tests {
         assert_eq!((second.requests, second.more), (2, false));
         assert_eq!(seen, [1, 2, 3, 4]);
         assert_eq!(p.counts().requests, 4);
+    }
+
+    #[test]
+    fn a_drain_queues_behind_what_a_row_limit_left() {
+        let mut p = processor();
+        let now = Instant::now();
+        for trace in 1..=3 {
+            p.offer(logical(trace, 1), now, Arrival::Live);
+            p.offer(attempt(trace, 0), now, Arrival::Live);
+        }
+        // Waits for a second attempt that never comes, until the drain.
+        p.offer(logical(5, 2), now, Arrival::Live);
+        p.offer(attempt(5, 0), now, Arrival::Live);
+        let mut rows = Vec::new();
+        let mut seen = Vec::new();
+        let first = p.evaluate(&mut rows, 1, |r, _, _| seen.push(trace_of(r)));
+        assert_eq!((first.requests, first.more), (1, true));
+        p.drain_all();
+        assert!(p.has_ready());
+        let mut calls = 0;
+        loop {
+            rows.clear();
+            calls += 1;
+            if !p
+                .evaluate(&mut rows, 1, |r, _, _| seen.push(trace_of(r)))
+                .more
+            {
+                break;
+            }
+        }
+        assert_eq!(seen, [1, 2, 3, 5]);
+        assert_eq!(calls, 3, "one request a call at a limit of one row");
+        assert!(!p.has_ready());
     }
 
     #[test]

@@ -283,6 +283,8 @@ impl PlainHold {
     pub(super) fn drain_all(&mut self, ready: &mut Ready) {
         let mut slots = self.traces.drain();
         slots.sort_unstable_by_key(|slot| slot.trace_id);
+        // About a request a trace: grown by doubling, the vector copied every request again.
+        ready.requests.reserve(slots.len());
         for slot in slots {
             self.infer(slot.trace_id, slot.held, ready);
         }
