@@ -124,6 +124,10 @@ struct RunArgs {
     /// Print only the machine-readable summary line.
     #[arg(long)]
     quiet: bool,
+    /// Write every export's latency in microseconds, one a line, in the order each sender sent
+    /// them (with `--concurrency 1`, the order of the exports): where in a run the tail is.
+    #[arg(long)]
+    latencies: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -988,6 +992,7 @@ fn load(
     total_spans: Option<u64>,
     duration: Option<Duration>,
     pid: Option<u32>,
+    latency_log: Option<&Path>,
 ) -> anyhow::Result<LoadReport> {
     let pool = build_pool(args.pool, args.spans_per_request, !args.no_attempt_count)?;
     let per_request = args.spans_per_request.max(1) as u64;
@@ -1063,6 +1068,14 @@ fn load(
         _ => None,
     };
     let peak_rss_mib = pid.and_then(peak_rss_kib).map(|kib| kib as f64 / 1024.0);
+    if let Some(path) = latency_log {
+        let lines: String = stats
+            .latencies_us
+            .iter()
+            .map(|us| format!("{us}\n"))
+            .collect();
+        fs::write(path, lines).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     stats.latencies_us.sort_unstable();
     Ok(LoadReport {
         protocol,
@@ -1083,6 +1096,7 @@ fn run_command(args: RunArgs) -> anyhow::Result<()> {
         args.total_spans,
         args.duration,
         args.pid,
+        args.latencies.as_deref(),
     )?;
     if !args.quiet {
         eprintln!(
