@@ -51,6 +51,7 @@ impl std::hash::BuildHasher for ProcessKeys {
         self.0.build_hasher()
     }
 }
+
 /// What one group or finished entry costs beyond the spans it holds: its map slots (at the
 /// tables' load factor), the four or five copies of its key in the maps that index it, and
 /// the allocator's rounding. An estimate, for the byte budget; measured against RSS in
