@@ -859,3 +859,62 @@ fn a_write_that_fails_mid_replay_ends_it_with_the_error_and_no_files() {
     assert!(parquet_files(&blocked).is_empty());
     assert!(temporary_files(&blocked).is_empty());
 }
+
+/// tools/replicate_jsonl.py makes BENCHMARKS.md's replay load of SDK spans: every copy of the
+/// recordings must give their own rows, under trace ids no other copy has.
+#[test]
+#[ignore = "needs Python 3 (run by .ci/run)"]
+fn copies_of_the_recordings_give_the_recordings_rows_once_a_copy() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let recordings = root.join("tests/fixtures/instrumented");
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(&recordings)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    inputs.sort();
+    assert!(inputs.len() > 20, "the recordings are there");
+    let dir = tempfile::tempdir().unwrap();
+    let copies = dir.path().join("copies.jsonl");
+    let status = common::python::python()
+        .arg(root.join("tools/replicate_jsonl.py"))
+        .args(["--copies", "3", "--out"])
+        .arg(&copies)
+        .args(&inputs)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", common::python::program()));
+    assert!(status.success(), "replicate_jsonl.py: {status}");
+
+    let policies = recordings.join("policies");
+    let mut once = Replay::new().policies(&policies);
+    for input in &inputs {
+        once = once.input(input);
+    }
+    let once = once.rows();
+    let thrice = Replay::new().policies(&policies).input(&copies).rows();
+    assert!(!once.is_empty());
+    assert_eq!(thrice.len(), 3 * once.len());
+
+    let traces = |rows: &[common::Row]| {
+        rows.iter()
+            .map(|r| r["trace_id"].clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    };
+    assert_eq!(traces(&thrice), 3 * traces(&once), "a copy shares no trace");
+    // Apart from the trace id, each row of the recordings comes back once a copy.
+    let without_trace = |rows: &[common::Row]| {
+        let mut rows: Vec<common::Row> = rows
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.remove("trace_id");
+                r
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let expected: Vec<common::Row> = (0..3).flat_map(|_| once.clone()).collect();
+    assert_eq!(without_trace(&thrice), without_trace(&expected));
+}
