@@ -535,18 +535,29 @@ fn rows_with_workers(input: &Path, policies: Option<&Path>, workers: &str) -> Ve
     rows
 }
 
+/// The recordings of real instrumentation libraries, in name order, and their policies.
+const RECORDINGS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/instrumented");
+
+fn recordings() -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(RECORDINGS)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    found.sort();
+    assert!(found.len() > 20, "the recordings are there");
+    found
+}
+
 #[test]
 fn the_rows_do_not_depend_on_the_number_of_streams() {
-    let recordings = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/instrumented");
-    let policies = recordings.join("policies");
+    let policies = Path::new(RECORDINGS).join("policies");
     let mut inputs = vec![(PathBuf::from(EXAMPLE), None)];
-    for entry in std::fs::read_dir(&recordings).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "jsonl") {
-            inputs.push((path, Some(policies.as_path())));
-        }
-    }
-    assert!(inputs.len() > 20, "the recordings are there");
+    inputs.extend(
+        recordings()
+            .into_iter()
+            .map(|path| (path, Some(policies.as_path()))),
+    );
     for (input, policies) in inputs {
         let one = rows_with_workers(&input, policies, "1");
         assert!(!one.is_empty(), "{}", input.display());
@@ -866,14 +877,7 @@ fn a_write_that_fails_mid_replay_ends_it_with_the_error_and_no_files() {
 #[ignore = "needs Python 3 (run by .ci/run)"]
 fn copies_of_the_recordings_give_the_recordings_rows_once_a_copy() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let recordings = root.join("tests/fixtures/instrumented");
-    let mut inputs: Vec<PathBuf> = std::fs::read_dir(&recordings)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "jsonl"))
-        .collect();
-    inputs.sort();
-    assert!(inputs.len() > 20, "the recordings are there");
+    let inputs = recordings();
     let dir = tempfile::tempdir().unwrap();
     let copies = dir.path().join("copies.jsonl");
     let status = common::python::python()
@@ -885,7 +889,7 @@ fn copies_of_the_recordings_give_the_recordings_rows_once_a_copy() {
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", common::python::program()));
     assert!(status.success(), "replicate_jsonl.py: {status}");
 
-    let policies = recordings.join("policies");
+    let policies = Path::new(RECORDINGS).join("policies");
     let mut once = Replay::new().policies(&policies);
     for input in &inputs {
         once = once.input(input);

@@ -186,12 +186,11 @@ impl Processor {
         if ready.requests.capacity() > KEPT_READY_CAPACITY {
             ready.requests = Vec::new();
         }
-        loop {
-            let fits = self
-                .queue
-                .front()
-                .is_some_and(|r| rows.is_empty() || rows.len() + r.attempts.len() <= row_limit);
-            let Some(request) = fits.then(|| self.queue.pop_front()).flatten() else {
+        while let Some(next) = self.queue.front() {
+            if !rows.is_empty() && rows.len() + next.attempts.len() > row_limit {
+                break;
+            }
+            let Some(request) = self.queue.pop_front() else {
                 break;
             };
             if !request.evaluated.is_empty() {
@@ -317,20 +316,24 @@ mod tests {
         assert_eq!((c.requests, c.rows), (1, 2));
     }
 
+    /// Offers the requests of `traces`, one attempt each and complete on arrival.
+    fn offer_complete(p: &mut Processor, traces: std::ops::RangeInclusive<u8>, now: Instant) {
+        for trace in traces {
+            p.offer(logical(trace, 1), now, Arrival::Live);
+            p.offer(attempt(trace, 0), now, Arrival::Live);
+        }
+    }
+
     #[test]
     fn stops_at_its_row_limit_and_keeps_the_rest_first_in_line() {
         let mut p = processor();
         let now = Instant::now();
-        for trace in 1..=3 {
-            p.offer(logical(trace, 1), now, Arrival::Live);
-            p.offer(attempt(trace, 0), now, Arrival::Live);
-        }
+        offer_complete(&mut p, 1..=3, now);
         let mut rows = Vec::new();
         let mut seen = Vec::new();
         let first = p.evaluate(&mut rows, 2, |r, _, _| seen.push(trace_of(r)));
         assert_eq!((first.requests, first.more), (2, true));
-        p.offer(logical(4, 1), now, Arrival::Live);
-        p.offer(attempt(4, 0), now, Arrival::Live);
+        offer_complete(&mut p, 4..=4, now);
         rows.clear();
         let second = p.evaluate(&mut rows, usize::MAX, |r, _, _| seen.push(trace_of(r)));
         assert_eq!((second.requests, second.more), (2, false));
@@ -342,10 +345,7 @@ mod tests {
     fn a_drain_queues_behind_what_a_row_limit_left() {
         let mut p = processor();
         let now = Instant::now();
-        for trace in 1..=3 {
-            p.offer(logical(trace, 1), now, Arrival::Live);
-            p.offer(attempt(trace, 0), now, Arrival::Live);
-        }
+        offer_complete(&mut p, 1..=3, now);
         // Waits for a second attempt that never comes, until the drain.
         p.offer(logical(5, 2), now, Arrival::Live);
         p.offer(attempt(5, 0), now, Arrival::Live);
