@@ -5,7 +5,6 @@
 
 use std::hint::black_box;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
@@ -175,7 +174,7 @@ fn contract(c: &mut Criterion) {
         b.iter(|| {
             spans
                 .iter()
-                .map(|s| SpanFacts::from_span(black_box(s), &Arc::clone(&service)))
+                .map(|s| SpanFacts::from_span(black_box(s), &service.clone()))
                 .collect::<Vec<_>>()
         })
     });

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use chrono::NaiveDate;
 use proptest::prelude::*;
@@ -269,7 +269,7 @@ fn attempt(n: usize) -> BoxedStrategy<SpanFacts> {
 fn span(kind: SpanKind) -> SpanFacts {
     SpanFacts {
         trace_id: TRACE,
-        service_name: Arc::from("checkout"),
+        service_name: "checkout".into(),
         kind,
         request_id: Some(REQUEST_ID.into()),
         ..Default::default()

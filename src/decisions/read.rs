@@ -7,7 +7,9 @@ use rust_decimal::Decimal;
 
 use super::proto::{self, DecideRequest};
 use crate::assemble::{GroupKey, Request, MAX_ATTEMPTS_PER_REQUEST};
-use crate::contract::{attr, money, Count, EnvelopeFields, SpanFacts, SpanKind, ValueRef};
+use crate::contract::{
+    money, unknown_service, Count, EnvelopeFields, SpanFacts, SpanKind, Symbol, ValueRef,
+};
 use crate::pricing::parse_date;
 use crate::record::AttemptSource;
 
@@ -96,10 +98,7 @@ pub fn read(question: DecideRequest, now: DateTime<Utc>) -> Result<Question, Mal
         }),
         None => EnvelopeFields::empty(),
     };
-    let service_name: Arc<str> = match non_empty(service) {
-        Some(service) => service,
-        None => Arc::from(attr::UNKNOWN_SERVICE),
-    };
+    let service_name = non_empty(service).unwrap_or_else(unknown_service);
 
     let k = attempts.len();
     let mut evaluated = Vec::with_capacity(k);
@@ -159,7 +158,7 @@ pub fn read(question: DecideRequest, now: DateTime<Utc>) -> Result<Question, Mal
 /// and cache-write tokens, started at `start`.
 fn attempt_span(
     index: usize,
-    service_name: &Arc<str>,
+    service_name: &Symbol,
     start: u64,
     model: String,
     [input, cached, cap, cache_write]: [Option<i64>; 4],
@@ -169,7 +168,7 @@ fn attempt_span(
         trace_id: TRACE_ID,
         span_id: (index as u64 + 1).to_be_bytes(),
         parent_span_id: None,
-        service_name: Arc::clone(service_name),
+        service_name: service_name.clone(),
         start_time_unix_nano: start,
         end_time_unix_nano: start,
         kind: SpanKind::Attempt,
@@ -273,6 +272,6 @@ fn date(field: &str, text: &str) -> Result<Option<chrono::NaiveDate>, Malformed>
 }
 
 /// An empty string is an absent value, as an empty span attribute is.
-fn non_empty(text: String) -> Option<Arc<str>> {
-    (!text.is_empty()).then(|| Arc::from(text))
+fn non_empty(text: String) -> Option<Symbol> {
+    (!text.is_empty()).then(|| Symbol::from(text))
 }

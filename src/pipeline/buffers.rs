@@ -47,12 +47,11 @@ impl SpanBuffers {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
 
     fn spans(n: usize) -> Vec<SpanFacts> {
-        (0..n).map(|_| SpanFacts::blank(Arc::from("svc"))).collect()
+        (0..n).map(|_| SpanFacts::blank("svc".into())).collect()
     }
 
     #[test]

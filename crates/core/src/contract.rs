@@ -19,6 +19,7 @@ use rust_decimal::{Decimal, RoundingStrategy};
 use serde_json::value::RawValue;
 
 use crate::pricing::parse_date;
+pub use crate::symbol::{symbol, Symbol};
 
 /// Attribute names, one constant each.
 pub mod attr {
@@ -159,10 +160,10 @@ pub struct EnvelopeFields {
     /// The JSON form was there but did not parse as an object.
     pub json_invalid: bool,
     /// Text fields are shared: every row of the request copies them into its own.
-    pub pricing_source: Option<Arc<str>>,
+    pub pricing_source: Option<Symbol>,
     pub pricing_checked_at: Option<NaiveDate>,
-    pub pricing_version: Option<Arc<str>>,
-    pub billing_group: Option<Arc<str>>,
+    pub pricing_version: Option<Symbol>,
+    pub billing_group: Option<Symbol>,
     pub max_incremental_usd: Option<Decimal>,
     pub max_attempts_after_first: Option<i32>,
     pub allow_family_fallback: Option<bool>,
@@ -171,7 +172,7 @@ pub struct EnvelopeFields {
     /// The output cap to plan with for attempts that state none (SPEC §4). Like `task_type`, it
     /// does not make an envelope present by itself.
     pub assumed_output_cap: Option<i64>,
-    pub task_type: Option<Arc<str>>,
+    pub task_type: Option<Symbol>,
 }
 
 /// Distinct envelopes each reading thread remembers. A service states the same few envelopes
@@ -184,7 +185,6 @@ type Interned<T> = std::cell::RefCell<std::collections::HashSet<Arc<T>, ahash::R
 
 thread_local! {
     static ENVELOPES: Interned<EnvelopeFields> = Interned::default();
-    static SYMBOLS: Interned<str> = Interned::default();
 }
 
 /// The shared copy of `value` if `table` holds one, else a new one it then holds. Past `limit`
@@ -238,7 +238,7 @@ pub struct SpanFacts {
     pub trace_id: TraceId,
     pub span_id: SpanId,
     pub parent_span_id: Option<SpanId>,
-    pub service_name: Arc<str>,
+    pub service_name: Symbol,
     pub start_time_unix_nano: u64,
     pub end_time_unix_nano: u64,
     pub kind: SpanKind,
@@ -282,7 +282,7 @@ pub struct SpanFacts {
     /// `retry_spend.attempt.index`: it and everything below it take no part in inference.
     pub declared: bool,
     /// The name of the instrumentation scope that emitted the span.
-    pub scope: Option<Arc<str>>,
+    pub scope: Option<Symbol>,
     /// `server.address`.
     pub server_address: Option<Symbol>,
     /// `http.request.resend_count`; `None` when absent or not a non-negative int32.
@@ -294,13 +294,13 @@ pub struct SpanFacts {
 impl Default for SpanFacts {
     /// A passthrough span of no service with nothing read: a base for tests and tools.
     fn default() -> Self {
-        SpanFacts::blank(Arc::from(attr::UNKNOWN_SERVICE))
+        SpanFacts::blank(unknown_service())
     }
 }
 
 impl SpanFacts {
     /// A passthrough span of `service_name` with nothing read: what a reader starts from.
-    pub fn blank(service_name: Arc<str>) -> SpanFacts {
+    pub fn blank(service_name: Symbol) -> SpanFacts {
         SpanFacts {
             trace_id: [0; 16],
             span_id: [0; 8],
@@ -493,7 +493,7 @@ impl SpanFacts {
     /// among its attributes and its resource's (for envelope policies' `match.attributes`).
     pub fn from_span_with(
         span: &Span,
-        service_name: &Arc<str>,
+        service_name: &Symbol,
         resource_attributes: &[KeyValue],
         keys: &AttributeKeys,
     ) -> SpanFacts {
@@ -506,8 +506,8 @@ impl SpanFacts {
     }
 
     /// Reads one decoded span. `service_name` comes from the span's resource.
-    pub fn from_span(span: &Span, service_name: &Arc<str>) -> SpanFacts {
-        let mut reader = FactsReader::new(Arc::clone(service_name));
+    pub fn from_span(span: &Span, service_name: &Symbol) -> SpanFacts {
+        let mut reader = FactsReader::new(service_name.clone());
         reader.ids(&span.trace_id, &span.span_id, &span.parent_span_id);
         reader.times(span.start_time_unix_nano, span.end_time_unix_nano);
         reader.otlp_kind(span.kind);
@@ -651,25 +651,6 @@ pub fn try_error_type(
         .or_else(|| status_error.then(|| symbol(attr::ERROR_TYPE_OTHER)))
 }
 
-/// Text that many spans repeat (models, providers, families, error types): read once per
-/// distinct value and thread, then shared, so that holding, evaluating and remembering a span
-/// copies a pointer where it copied the text.
-pub type Symbol = Arc<str>;
-
-/// Symbols a reading thread keeps; past it, it starts again (a client sending a new model
-/// name on every span gets fresh allocations, never an unbounded table).
-const SYMBOLS_PER_THREAD: usize = 4096;
-/// Longer values are not kept: no model name is this long, and a hostile one should not stay.
-const SYMBOL_MAX_LEN: usize = 256;
-
-/// The shared copy of `text` (see [`Symbol`]).
-pub fn symbol(text: &str) -> Symbol {
-    if text.len() > SYMBOL_MAX_LEN {
-        return Arc::from(text);
-    }
-    SYMBOLS.with(|table| intern(table, text, SYMBOLS_PER_THREAD))
-}
-
 /// The host of a URL (`https://api.example.com:443/v1` → `api.example.com`), without parsing
 /// more than that.
 fn url_host(url: &str) -> Option<String> {
@@ -685,8 +666,13 @@ fn url_host(url: &str) -> Option<String> {
 }
 
 /// An instrumentation scope's name as spans share it; `None` when empty.
-pub fn scope_name(name: Option<&str>) -> Option<Arc<str>> {
-    name.filter(|n| !n.is_empty()).map(Arc::from)
+pub fn scope_name(name: Option<&str>) -> Option<Symbol> {
+    name.filter(|n| !n.is_empty()).map(symbol)
+}
+
+/// The service of spans whose resource names none.
+pub fn unknown_service() -> Symbol {
+    arcstr::literal!(attr::UNKNOWN_SERVICE)
 }
 
 /// Lower-case hex of an id, as rows hold them. `hex::encode` goes through a char iterator, a
@@ -714,13 +700,13 @@ pub fn id_from_hex<const N: usize>(hex: &str) -> Option<[u8; N]> {
 }
 
 /// The service name of a resource's attributes, `unknown_service` when it has none.
-pub fn service_name(resource_attributes: &[KeyValue]) -> Arc<str> {
+pub fn service_name(resource_attributes: &[KeyValue]) -> Symbol {
     resource_attributes
         .iter()
         .find(|kv| kv.key == attr::SERVICE_NAME)
         .and_then(|kv| kv.value.as_ref()?.value.as_ref())
-        .and_then(|value| string(ValueRef::from(value)))
-        .map_or_else(|| Arc::from(attr::UNKNOWN_SERVICE), Arc::from)
+        .and_then(|value| text(ValueRef::from(value)))
+        .map_or_else(unknown_service, symbol)
 }
 
 fn is_envelope_key(key: &str) -> bool {
@@ -827,7 +813,7 @@ pub struct FactsReader {
 }
 
 impl FactsReader {
-    pub fn new(service_name: Arc<str>) -> FactsReader {
+    pub fn new(service_name: Symbol) -> FactsReader {
         FactsReader {
             facts: SpanFacts::blank(service_name),
             role: None,
@@ -1226,7 +1212,7 @@ pub fn parse_envelope_json(json: &str) -> EnvelopeFields {
             .get(key)
             .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
             .filter(|s| !s.is_empty())
-            .map(Arc::<str>::from)
+            .map(|s| symbol(&s))
     };
     let number = |key: &str| object.get(key).and_then(|raw| json_number(raw));
     let flag = |key: &str| {
@@ -1307,7 +1293,7 @@ pub fn span_facts_with<'a>(
                 .iter()
                 .flat_map(move |scope_spans| {
                     let scope = scope_name(scope_spans.scope.as_ref().map(|s| s.name.as_str()));
-                    let service = Arc::clone(&service);
+                    let service = service.clone();
                     scope_spans.spans.iter().map(move |span| {
                         let mut facts = SpanFacts::from_span_with(span, &service, resource, keys);
                         facts.scope = scope.clone();

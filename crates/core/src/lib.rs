@@ -11,4 +11,5 @@ pub mod pricing;
 pub mod processor;
 pub mod record;
 pub mod rules;
+pub mod symbol;
 pub mod toml_error;

@@ -24,16 +24,16 @@ pub struct AttemptRow {
     /// Shared by the rows of a request; the text columns taken from span facts share their
     /// [`Symbol`]s, so a row costs no copy of them.
     pub request_id: Arc<str>,
-    pub service_name: Arc<str>,
-    pub task_type: Option<Arc<str>>,
-    pub billing_group: Option<Arc<str>>,
+    pub service_name: Symbol,
+    pub task_type: Option<Symbol>,
+    pub billing_group: Option<Symbol>,
     pub provider: Option<Symbol>,
     pub attempt_index: i32,
     pub original_model: Option<Symbol>,
     pub retry_model: Option<Symbol>,
     pub response_model: Option<Symbol>,
-    pub original_family: Option<Arc<str>>,
-    pub retry_family: Option<Arc<str>>,
+    pub original_family: Option<Symbol>,
+    pub retry_family: Option<Symbol>,
     pub input_tokens: Option<i64>,
     pub cached_input_tokens: Option<i64>,
     pub cache_write_input_tokens: Option<i64>,
@@ -49,8 +49,8 @@ pub struct AttemptRow {
     pub sdk_estimated_incremental_usd: Option<Decimal>,
     pub sdk_remaining_envelope_usd: Option<Decimal>,
     pub max_attempts_after_first: Option<i32>,
-    pub pricing_version: Option<Arc<str>>,
-    pub pricing_source: Option<Arc<str>>,
+    pub pricing_version: Option<Symbol>,
+    pub pricing_source: Option<Symbol>,
     pub pricing_digest: Option<Arc<str>>,
     pub pricing_checked_at: Option<NaiveDate>,
     pub spend_class: SpendClass,
@@ -73,7 +73,7 @@ pub struct AttemptRow {
     pub price_tier_above_input_tokens: Option<i64>,
     /// Where the envelope came from: [`envelope_source::SPAN`], `policy:<name>`
     /// ([`envelope_source::policy`]), or `None` when the request has none.
-    pub envelope_source: Option<Arc<str>>,
+    pub envelope_source: Option<Symbol>,
 }
 
 impl AttemptRow {

@@ -81,7 +81,7 @@ pub struct CallSignature {
     pub model: Option<crate::contract::Symbol>,
     pub start: u64,
     pub end: u64,
-    pub scope: Option<std::sync::Arc<str>>,
+    pub scope: Option<crate::contract::Symbol>,
 }
 
 impl CallSignature {

@@ -41,7 +41,7 @@ pub struct ContextSpan {
     pub start_time_unix_nano: u64,
     pub attempt_index: Option<i32>,
     pub attempt_count: Option<u32>,
-    pub service_name: Arc<str>,
+    pub service_name: Symbol,
     /// Kept for logical spans only: a request grouped under its parent takes its id from there.
     pub request_id: Option<Arc<str>>,
     pub envelope: Arc<EnvelopeFields>,
@@ -111,7 +111,7 @@ impl ContextSpan {
             captured: self.captured.clone(),
             // The rest as a freshly read span of this service has them; `SpanFacts::default()`
             // would allocate a service name only to drop it.
-            ..SpanFacts::blank(Arc::clone(&self.service_name))
+            ..SpanFacts::blank(self.service_name.clone())
         }
     }
 
@@ -119,8 +119,8 @@ impl ContextSpan {
     pub fn retained_bytes(&self) -> usize {
         // At their length, as when each context owned a copy: the facts no longer count the
         // symbols they share, but a finished cache bounded as before is the safer estimate.
-        fn text(s: &Option<Arc<str>>) -> usize {
-            s.as_ref().map_or(0, |s| s.len())
+        fn text(s: Option<&str>) -> usize {
+            s.map_or(0, str::len)
         }
         fn envelope(e: &Arc<EnvelopeFields>) -> usize {
             if (e.present || e.task_type.is_some()) && Arc::strong_count(e) <= 2 {
@@ -130,9 +130,9 @@ impl ContextSpan {
             }
         }
         std::mem::size_of::<ContextSpan>()
-            + text(&self.request_id)
-            + text(&self.request_model)
-            + text(&self.model_family)
+            + text(self.request_id.as_deref())
+            + text(self.request_model.as_deref())
+            + text(self.model_family.as_deref())
             + envelope(&self.envelope)
             + self.envelope_json.as_ref().map_or(0, envelope)
             + self.captured.heap_bytes()
@@ -408,11 +408,11 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Summary>, SummaryError> {
         bytes: &body[HEADER_BYTES..],
     };
     let n = r.len()?;
-    let mut strings: Vec<Arc<str>> = Vec::with_capacity(n);
+    let mut strings: Vec<Symbol> = Vec::with_capacity(n);
     for _ in 0..n {
         let text = std::str::from_utf8(r.bytes_prefixed()?)
             .map_err(|_| SummaryError::Malformed("a string is not UTF-8"))?;
-        strings.push(Arc::from(text));
+        strings.push(Symbol::from(text));
     }
     let n = r.len()?;
     let mut envelopes = Vec::with_capacity(n);
@@ -571,7 +571,7 @@ fn unzigzag(v: u64) -> i64 {
 }
 
 struct Tables {
-    strings: Vec<Arc<str>>,
+    strings: Vec<Symbol>,
     envelopes: Vec<Arc<EnvelopeFields>>,
 }
 
@@ -642,11 +642,11 @@ impl<'a> Reader<'a> {
             .ok_or(SummaryError::Malformed("an index past its table"))
     }
 
-    fn string(&mut self, strings: &[Arc<str>]) -> Result<String, SummaryError> {
+    fn string(&mut self, strings: &[Symbol]) -> Result<String, SummaryError> {
         Ok(self.index(strings)?.to_string())
     }
 
-    fn envelope(&mut self, strings: &[Arc<str>]) -> Result<EnvelopeFields, SummaryError> {
+    fn envelope(&mut self, strings: &[Symbol]) -> Result<EnvelopeFields, SummaryError> {
         let flags = u16::from_le_bytes(self.array()?);
         let has = |bit: u16| flags & bit != 0;
         let mut e = EnvelopeFields {

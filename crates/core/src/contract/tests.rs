@@ -24,7 +24,7 @@ fn span(attributes: Vec<KeyValue>) -> Span {
 }
 
 fn facts(attributes: Vec<KeyValue>) -> SpanFacts {
-    SpanFacts::from_span(&span(attributes), &Arc::from("svc"))
+    SpanFacts::from_span(&span(attributes), &"svc".into())
 }
 
 #[test]
@@ -294,7 +294,7 @@ fn http_client_spans_that_are_no_genai_spans_are_tries() {
     ];
     for (case, sp, kind) in cases {
         assert_eq!(
-            SpanFacts::from_span(&sp, &Arc::from("svc")).kind,
+            SpanFacts::from_span(&sp, &"svc".into()).kind,
             kind,
             "{case}"
         );
@@ -326,7 +326,7 @@ fn http_try(attributes: Vec<KeyValue>, status_error: bool) -> HttpTry {
             message: String::new(),
         });
     }
-    let f = SpanFacts::from_span(&sp, &Arc::from("svc"));
+    let f = SpanFacts::from_span(&sp, &"svc".into());
     HttpTry::read(&sp, &f).expect("an HTTP try")
 }
 
@@ -403,7 +403,7 @@ fn http_try_error_type_is_error_type_then_status_code_from_400_then_other() {
 #[test]
 fn only_http_tries_have_http_facts() {
     let sp = span(vec![kv(attr::REQUEST_MODEL, s("m"))]);
-    let f = SpanFacts::from_span(&sp, &Arc::from("svc"));
+    let f = SpanFacts::from_span(&sp, &"svc".into());
     assert_eq!(HttpTry::read(&sp, &f), None);
 }
 
@@ -433,14 +433,14 @@ fn error_status_without_error_type_is_other() {
         message: "boom".into(),
     });
     assert_eq!(
-        SpanFacts::from_span(&sp, &Arc::from("svc"))
+        SpanFacts::from_span(&sp, &"svc".into())
             .error_type
             .as_deref(),
         Some("_OTHER")
     );
     sp.attributes.push(kv(attr::ERROR_TYPE, s("timeout")));
     assert_eq!(
-        SpanFacts::from_span(&sp, &Arc::from("svc"))
+        SpanFacts::from_span(&sp, &"svc".into())
             .error_type
             .as_deref(),
         Some("timeout")
@@ -453,7 +453,7 @@ fn ids_of_the_wrong_length_do_not_panic() {
     sp.trace_id = vec![1, 2, 3];
     sp.span_id = vec![];
     sp.parent_span_id = vec![9; 20];
-    let f = SpanFacts::from_span(&sp, &Arc::from("svc"));
+    let f = SpanFacts::from_span(&sp, &"svc".into());
     assert_eq!(f.trace_id, [0; 16]);
     assert_eq!(f.parent_span_id, None);
 }
@@ -659,7 +659,7 @@ mod hostile {
             sp.trace_id = vec![0xab; len];
             sp.span_id = vec![0xcd; len];
             sp.parent_span_id = vec![0xef; len];
-            let f = SpanFacts::from_span(&sp, &Arc::from("svc"));
+            let f = SpanFacts::from_span(&sp, &"svc".into());
             assert_eq!(f.trace_id, [0; 16], "{len} bytes");
             assert_eq!(f.span_id, [0; 8], "{len} bytes");
             assert_eq!(f.parent_span_id, None, "{len} bytes");
@@ -768,7 +768,7 @@ fn from_span_with_keeps_the_named_span_and_resource_attributes_in_string_form() 
         ]
         .map(String::from),
     );
-    let service = Arc::from("svc");
+    let service: Symbol = "svc".into();
     let facts = SpanFacts::from_span_with(&span, &service, &resource, &keys);
     let captured: Vec<(&str, &str)> = facts.captured.iter().collect();
     assert_eq!(

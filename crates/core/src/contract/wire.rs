@@ -14,11 +14,13 @@
 //! event text) are skipped without checking their UTF-8.
 
 use std::ops::Range;
-use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{attr, string_form_of, ArrayRef, AttributeKeys, FactsReader, SpanFacts, ValueRef};
+use super::{
+    attr, string_form_of, symbol, unknown_service, ArrayRef, AttributeKeys, FactsReader, SpanFacts,
+    Symbol, ValueRef,
+};
 
 /// Why a request could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -148,7 +150,7 @@ fn read_resource_spans(
 }
 
 /// The `name` of the scope's `InstrumentationScope` (the last one, as prost merges them).
-fn read_scope_name(bytes: &Bytes, scopes: &[Range<usize>]) -> Result<Option<Arc<str>>, WireError> {
+fn read_scope_name(bytes: &Bytes, scopes: &[Range<usize>]) -> Result<Option<Symbol>, WireError> {
     let mut name = None;
     for range in scopes {
         let mut r = Reader::sub(bytes, range.clone());
@@ -171,8 +173,8 @@ fn read_resource(
     bytes: &Bytes,
     resources: &[Range<usize>],
     keys: &AttributeKeys,
-) -> Result<(Arc<str>, Captured), WireError> {
-    let mut service: Option<Arc<str>> = None;
+) -> Result<(Symbol, Captured), WireError> {
+    let mut service: Option<Symbol> = None;
     let mut captured = Vec::new();
     for range in resources {
         let mut r = Reader::sub(bytes, range.clone());
@@ -186,9 +188,9 @@ fn read_resource(
                         (key == attr::SERVICE_NAME && service.is_none()) || keys.contains(key)
                     })?;
                     if name == attr::SERVICE_NAME && service.is_none() {
-                        let found: Arc<str> = match value {
-                            Some(ValueRef::Str(name)) if !name.is_empty() => Arc::from(name),
-                            _ => Arc::from(attr::UNKNOWN_SERVICE),
+                        let found = match value {
+                            Some(ValueRef::Str(name)) if !name.is_empty() => symbol(name),
+                            _ => unknown_service(),
                         };
                         if keys.is_empty() {
                             // No policy names a resource attribute: the service is all we need.
@@ -206,19 +208,16 @@ fn read_resource(
             }
         }
     }
-    Ok((
-        service.unwrap_or_else(|| Arc::from(attr::UNKNOWN_SERVICE)),
-        captured,
-    ))
+    Ok((service.unwrap_or_else(unknown_service), captured))
 }
 
 fn read_span(
     bytes: &Bytes,
     range: Range<usize>,
-    service: &Arc<str>,
+    service: &Symbol,
     keys: &AttributeKeys,
 ) -> Result<SpanFacts, WireError> {
-    let mut facts = FactsReader::new(Arc::clone(service));
+    let mut facts = FactsReader::new(service.clone());
     let mut status_code = 0i32;
     let mut r = Reader::sub(bytes, range);
     while let Some((field, wire_type)) = r.key()? {

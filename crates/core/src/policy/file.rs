@@ -2,13 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
 use super::{Glob, Policy, PolicyError, LATEST};
-use crate::contract::{round_money, EnvelopeFields};
+use crate::contract::{round_money, symbol, EnvelopeFields};
 use crate::pricing::{parse_date, parse_decimal_literal};
 use crate::toml_error::TomlErrorAt;
 
@@ -225,17 +224,17 @@ impl Problems<'_> {
         EnvelopeFields {
             present: true,
             json_invalid: false,
-            pricing_source: pricing_source.map(Arc::from),
+            pricing_source: pricing_source.as_deref().map(symbol),
             pricing_checked_at,
-            pricing_version: pricing_version.map(Arc::from),
-            billing_group: billing_group.map(Arc::from),
+            pricing_version: pricing_version.as_deref().map(symbol),
+            billing_group: billing_group.as_deref().map(symbol),
             max_incremental_usd,
             max_attempts_after_first,
             allow_family_fallback: raw.allow_family_fallback,
             allowed_fallback_families,
             replay_safe: raw.replay_safe,
             assumed_output_cap: raw.assumed_output_cap,
-            task_type: task_type.map(Arc::from),
+            task_type: task_type.as_deref().map(symbol),
         }
     }
 }

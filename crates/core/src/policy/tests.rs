@@ -1,6 +1,5 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
 
 use chrono::NaiveDate;
 use rust_decimal::Decimal;
@@ -59,7 +58,7 @@ fn span(attributes: &[(&str, &str)]) -> SpanFacts {
         ..Default::default()
     };
     let keys = AttributeKeys::new(attributes.iter().map(|(k, _)| (*k).to_owned()));
-    SpanFacts::from_span_with(&otlp, &Arc::from("svc"), &[], &keys)
+    SpanFacts::from_span_with(&otlp, &"svc".into(), &[], &keys)
 }
 
 #[test]

@@ -27,7 +27,7 @@ pub struct PricingBook {
 struct ListedFamily {
     checked_at: NaiveDate,
     version: String,
-    family: Option<std::sync::Arc<str>>,
+    family: Option<crate::symbol::Symbol>,
 }
 
 impl PricingBook {
@@ -135,7 +135,7 @@ impl PricingBook {
     /// The family the newest loaded snapshot listing `model` gives it (latest checked date,
     /// then greatest version by byte order); `None` when no snapshot lists the model or that
     /// one names no family.
-    pub fn newest_family(&self, model: &str) -> Option<&std::sync::Arc<str>> {
+    pub fn newest_family(&self, model: &str) -> Option<&crate::symbol::Symbol> {
         self.family_by_model.get(model)?.family.as_ref()
     }
 

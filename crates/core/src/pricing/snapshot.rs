@@ -34,7 +34,7 @@ pub struct Snapshot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelPrice {
     /// Shared: every row of the model names it.
-    pub family: Option<Arc<str>>,
+    pub family: Option<crate::symbol::Symbol>,
     pub input: Decimal,
     pub output: Decimal,
     pub cached_input: Option<Decimal>,
@@ -215,7 +215,10 @@ impl Snapshot {
                 Some(raw) => parse_tiers(raw, &field("tiers")).map_err(|(f, p)| err(&f, p))?,
                 None => Vec::new(),
             };
-            let family = model.family.filter(|f| !f.is_empty()).map(Arc::from);
+            let family = model
+                .family
+                .filter(|f| !f.is_empty())
+                .map(|f| crate::symbol::Symbol::from(f.as_str()));
             models.insert(
                 name,
                 ModelPrice {

@@ -513,7 +513,7 @@ fn build_row(
         trace_id: span.trace_id,
         span_id: span.span_id,
         request_id: shared.request_id.clone(),
-        service_name: std::sync::Arc::clone(&span.service_name),
+        service_name: span.service_name.clone(),
         task_type: env.task_type.clone(),
         billing_group: env.billing_group.clone(),
         provider: span.provider.clone(),

@@ -53,7 +53,7 @@ fn attempt(index: i32, model: &str) -> SpanFacts {
         trace_id: [7; 16],
         span_id: [index as u8 + 1; 8],
         parent_span_id: Some([99; 8]),
-        service_name: Arc::from("checkout"),
+        service_name: "checkout".into(),
         start_time_unix_nano: T0 + index as u64 * SECOND,
         end_time_unix_nano: T0 + index as u64 * SECOND + 500_000_000,
         kind: SpanKind::Attempt,
@@ -1206,7 +1206,7 @@ fn policies_match_on_attempt_zero_service_and_model() {
         (
             "other service",
             vec![with(attempt(0, "glm-5"), |a| {
-                a.service_name = Arc::from("billing")
+                a.service_name = "billing".into()
             })],
             false,
         ),
@@ -1241,7 +1241,7 @@ max_incremental_usd = "1"
             )],
             ..Default::default()
         };
-        SpanFacts::from_span_with(&otlp, &Arc::from("checkout"), &[], set.attribute_keys()).captured
+        SpanFacts::from_span_with(&otlp, &"checkout".into(), &[], set.attribute_keys()).captured
     };
     for (env_name, on_logical, applies) in [
         ("prod", false, true),

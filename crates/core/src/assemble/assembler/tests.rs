@@ -1,5 +1,3 @@
-use std::sync::Arc;
-
 use super::*;
 use crate::contract::{Count, EnvelopeFields, SpanKind};
 use crate::record::AttemptSource;
@@ -27,7 +25,7 @@ fn span(trace: u8, span_id: u8, kind: SpanKind, request: &str) -> SpanFacts {
         trace_id: [trace; 16],
         span_id: [span_id; 8],
         parent_span_id: Some([trace; 8]),
-        service_name: Arc::from("svc"),
+        service_name: "svc".into(),
         start_time_unix_nano: u64::from(span_id),
         end_time_unix_nano: u64::from(span_id) + 1,
         kind,

@@ -1,5 +1,3 @@
-use std::sync::Arc;
-
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind as OtlpSpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
@@ -91,7 +89,7 @@ fn resend(count: i64) -> (&'static str, Value) {
 fn infer_spans(spans: &[Span]) -> Vec<Request> {
     let mut traces: std::collections::BTreeMap<TraceId, TraceSpans> = Default::default();
     for span in spans {
-        let facts = SpanFacts::from_span(span, &Arc::from("svc"));
+        let facts = SpanFacts::from_span(span, &"svc".into());
         traces.entry(facts.trace_id).or_default().push(facts);
     }
     let mut requests: Vec<Request> = traces
@@ -577,13 +575,13 @@ fn beside(n: u8, parent: u8, start: u64, attributes: Vec<(&str, Value)>) -> Span
 }
 
 fn read(span: &Span) -> SpanFacts {
-    SpanFacts::from_span(span, &Arc::from("svc"))
+    SpanFacts::from_span(span, &"svc".into())
 }
 
 /// The span as an instrumentation scope of that name emits it.
 fn scoped(span: &Span, scope: &str) -> SpanFacts {
     let mut facts = read(span);
-    facts.scope = Some(Arc::from(scope));
+    facts.scope = Some(scope.into());
     facts
 }
 

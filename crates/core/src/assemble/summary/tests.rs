@@ -30,7 +30,7 @@ fn context(id: u8, index: Option<i32>) -> ContextSpan {
         start_time_unix_nano: 1_787_659_200_000_000_000 + u64::from(id),
         attempt_index: index,
         attempt_count: None,
-        service_name: Arc::from("support-bot"),
+        service_name: "support-bot".into(),
         request_id: None,
         envelope: EnvelopeFields::empty(),
         envelope_json: None,

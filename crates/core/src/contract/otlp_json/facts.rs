@@ -18,7 +18,6 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
 
 use opentelemetry_proto::tonic::common::v1::{
     AnyValue, ArrayValue, EntityRef, InstrumentationScope,
@@ -28,7 +27,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde::Deserialize;
 
 use crate::contract::{
-    attr, string_form_of, ArrayRef, AttributeKeys, FactsReader, SpanFacts, ValueRef,
+    attr, string_form_of, ArrayRef, AttributeKeys, FactsReader, SpanFacts, Symbol, ValueRef,
 };
 
 /// Every span of one line, or `None` when the decoded path must read it.
@@ -475,7 +474,7 @@ impl<'de> Visitor<'de> for ResourceSpans<'_, '_> {
 pub(super) struct Resource {
     /// From the first `service.name` attribute (`unknown_service` when it is not a non-empty
     /// string), as [`crate::contract::service_name`] reads it.
-    service: Option<Arc<str>>,
+    service: Option<Symbol>,
     captured: Vec<(String, String)>,
 }
 
@@ -490,8 +489,8 @@ impl Resource {
     ) {
         if key == attr::SERVICE_NAME && self.service.is_none() {
             self.service = Some(match value {
-                Some(ValueRef::Str(name)) if !name.is_empty() => Arc::from(name),
-                _ => Arc::from(attr::UNKNOWN_SERVICE),
+                Some(ValueRef::Str(name)) if !name.is_empty() => crate::contract::symbol(name),
+                _ => crate::contract::unknown_service(),
             });
         }
         if keys.contains(key) {
@@ -506,9 +505,9 @@ impl Resource {
     pub(super) fn apply(self, spans: &mut [SpanFacts], keys: &AttributeKeys) {
         let service = self
             .service
-            .unwrap_or_else(|| Arc::from(attr::UNKNOWN_SERVICE));
+            .unwrap_or_else(crate::contract::unknown_service);
         for facts in spans {
-            facts.service_name = Arc::clone(&service);
+            facts.service_name = service.clone();
             for (key, value) in &self.captured {
                 facts
                     .captured
@@ -530,10 +529,8 @@ pub(super) fn name_scope(spans: &mut [SpanFacts], name: Option<&str>) {
 
 /// The reader of one span, its service name set once the resource is known.
 pub(super) fn span_reader() -> FactsReader {
-    thread_local! {
-        static PENDING: Arc<str> = Arc::from(attr::UNKNOWN_SERVICE);
-    }
-    FactsReader::new(PENDING.with(Arc::clone))
+    // A static literal: no count to touch for a name every span replaces.
+    FactsReader::new(crate::contract::unknown_service())
 }
 
 struct ResourceSeed<'a, 'k> {
