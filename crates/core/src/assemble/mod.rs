@@ -6,6 +6,7 @@
 //! go through [`infer_trace`] instead, which finds the retries that plain instrumentation shows.
 
 mod assembler;
+mod compact;
 mod finished;
 pub mod infer;
 mod pending;
@@ -22,6 +23,7 @@ pub use summary::{ContextSpan, Summary};
 
 use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
 use crate::record::AttemptSource;
+use compact::PendingAttempt;
 use finished::{Finished, FinishedCache, Seq};
 use pending::PendingGroups;
 use waiting::{LogicalPlace, WaitingLogical, WaitingLogicals};
@@ -215,13 +217,17 @@ pub struct Grouper {
 
 /// A request still waiting: its attempts in arrival order.
 ///
-/// The span ids and the first parent are kept beside the attempts so that taking one more span
-/// costs the same however many the group already holds: a hostile exporter can put any number
-/// of attempts in one group, and a scan per span would make that quadratic.
+/// The first parent is kept beside the attempts, and past a few attempts a set of their span
+/// ids, so that taking one more span costs the same however many the group already holds: a
+/// hostile exporter can put any number of attempts in one group, and a scan per span would make
+/// that quadratic. Below that the attempts themselves are scanned: a set or list of ids for
+/// every held request was a second allocation and a copy of what the attempts hold.
 #[derive(Debug, Default)]
 struct Group {
-    attempts: Vec<SpanFacts>,
-    span_ids: SpanIds,
+    /// Packed: a request without `attempt_count` is held for `group_wait`.
+    attempts: Vec<PendingAttempt>,
+    /// The attempts' span ids once there are more than [`FEW_SPAN_IDS`].
+    many_ids: Option<Box<FastSet<SpanId>>>,
     first_parent: Option<SpanId>,
     bytes: usize,
     origins: Option<Origins>,
@@ -233,6 +239,27 @@ struct Group {
 enum SpanIds {
     Few(Vec<SpanId>),
     Many(Box<FastSet<SpanId>>),
+}
+
+impl Group {
+    fn holds(&self, id: &SpanId) -> bool {
+        match &self.many_ids {
+            Some(ids) => ids.contains(id),
+            None => self.attempts.iter().any(|a| a.span_id() == *id),
+        }
+    }
+
+    /// Adds an attempt not held yet.
+    fn push(&mut self, attempt: PendingAttempt) {
+        if let Some(ids) = &mut self.many_ids {
+            ids.insert(attempt.span_id());
+        } else if self.attempts.len() >= FEW_SPAN_IDS {
+            let mut ids: FastSet<SpanId> = self.attempts.iter().map(|a| a.span_id()).collect();
+            ids.insert(attempt.span_id());
+            self.many_ids = Some(Box::new(ids));
+        }
+        self.attempts.push(attempt);
+    }
 }
 
 impl Default for SpanIds {
@@ -267,6 +294,15 @@ impl SpanIds {
                 true
             }
             SpanIds::Many(ids) => ids.insert(id),
+        }
+    }
+
+    /// The ids of `ids`, which holds no id twice.
+    fn distinct(ids: impl ExactSizeIterator<Item = SpanId>) -> SpanIds {
+        if ids.len() <= FEW_SPAN_IDS {
+            SpanIds::Few(ids.collect())
+        } else {
+            SpanIds::Many(Box::new(ids.collect()))
         }
     }
 
@@ -399,10 +435,12 @@ impl Grouper {
                     bytes: GROUP_OVERHEAD_BYTES,
                     ..Group::default()
                 });
-                if !new && group.span_ids.contains(&id) {
+                if !new && group.holds(&id) {
                     return Offered::not_held(Offer::Duplicate);
                 }
-                let bytes = span.retained_bytes() + SPAN_ID_BYTES;
+                let first_parent = span.parent_span_id;
+                let attempt = PendingAttempt::pack(span, &key);
+                let bytes = attempt.retained_bytes();
                 group.bytes += bytes;
                 // A request has one to three attempts as a rule: grow by one at first, not to
                 // the four slots (two KiB) a first push reserves.
@@ -415,10 +453,9 @@ impl Grouper {
                     } else {
                         0
                     };
-                group.span_ids.insert(id);
                 group.origins = Origins::widen_optional(group.origins, origin.map(Origins::single));
-                group.first_parent = group.first_parent.or(span.parent_span_id);
-                group.attempts.push(span);
+                group.first_parent = group.first_parent.or(first_parent);
+                group.push(attempt);
                 let complete = Grouper::has_all_attempts(&self.logicals, &key, group);
                 if let Some(seq) = deadline_seq {
                     self.groups.set_deadline(place, seq);
@@ -616,8 +653,7 @@ impl Grouper {
             key: owned_key,
             group:
                 Group {
-                    mut attempts,
-                    span_ids,
+                    attempts: packed,
                     first_parent,
                     bytes,
                     origins,
@@ -627,6 +663,7 @@ impl Grouper {
         } = self.groups.remove(place)?;
         let key = &owned_key;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+        let mut attempts: Vec<SpanFacts> = packed.into_iter().map(|a| a.unpack(key)).collect();
         let mut logical = Grouper::logical_of(&self.logicals, key, first_parent)
             .and_then(|place| self.logicals.remove_at(place))
             .map(|l| {
@@ -663,11 +700,10 @@ impl Grouper {
                     .map(|l| l.to_facts(trace_id, SpanKind::LogicalRequest));
             }
             // Ids now, so a copy arriving before `finish` is still a duplicate. A new entry
-            // takes the group's own list: the same ids in the same order when none was
-            // written before (the group adds an id with each attempt).
+            // holds exactly the attempts' ids, all distinct, in arrival order.
             let before = entry.span_ids.len();
             if before == 0 && already_written.is_empty() {
-                entry.span_ids = span_ids;
+                entry.span_ids = SpanIds::distinct(attempts.iter().map(|a| a.span_id));
             } else {
                 let ids = already_written.iter().chain(&attempts).map(|a| a.span_id);
                 for id in ids {

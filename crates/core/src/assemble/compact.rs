@@ -1,0 +1,399 @@
+//! The record a pending attempt is held as: its [`SpanFacts`] without what its group already
+//! names (trace id, request id), with the five counts packed and the facts few spans carry
+//! boxed together.
+//!
+//! A request without `attempt_count` is held for `group_wait`, so a busy collector holds
+//! spans/s × `group_wait` attempts; as `SpanFacts` each was 280 bytes inline plus its own copy
+//! of the request id (BENCHMARKS.md, issue 18, seventeenth pass). Packing and unpacking give
+//! back the same facts (a property test below), so rows do not depend on it.
+
+use std::sync::Arc;
+
+use super::GroupKey;
+use crate::contract::{
+    CapturedAttributes, Count, EnvelopeFields, HttpFacts, SdkFacts, SpanFacts, SpanId, SpanKind,
+    Symbol, TraceId, UsageOrigin,
+};
+
+#[derive(Debug)]
+pub(super) struct PendingAttempt {
+    span_id: SpanId,
+    /// Meaningful when `flags` has [`HAS_PARENT`].
+    parent_span_id: SpanId,
+    start_time_unix_nano: u64,
+    end_time_unix_nano: u64,
+    /// Input, cached input, cache write, output, output cap; what each is in `count_kinds`.
+    counts: [i64; 5],
+    attempt_index: i32,
+    attempt_count: u32,
+    service_name: Symbol,
+    envelope: Arc<EnvelopeFields>,
+    envelope_json: Option<Arc<EnvelopeFields>>,
+    request_model: Option<Symbol>,
+    response_model: Option<Symbol>,
+    provider: Option<Symbol>,
+    model_family: Option<Symbol>,
+    error_type: Option<Symbol>,
+    scope: Option<Symbol>,
+    rare: Option<Box<Rare>>,
+    /// Two bits a count: [`COUNT_MISSING`], [`COUNT_VALUE`] or [`COUNT_OUT_OF_RANGE`].
+    count_kinds: u16,
+    flags: u16,
+    kind: SpanKind,
+    usage_origin: UsageOrigin,
+}
+
+/// What few attempts carry: boxed once for all of it, absent for the rest.
+#[derive(Debug, Default)]
+struct Rare {
+    /// Kept only where the group key does not hold it (a request named by one span).
+    request_id: Option<Arc<str>>,
+    sdk: Option<Box<SdkFacts>>,
+    captured: CapturedAttributes,
+    http: Option<Box<HttpFacts>>,
+    server_address: Option<Symbol>,
+    resend_count: Option<i32>,
+}
+
+impl Rare {
+    fn is_empty(&self) -> bool {
+        self.request_id.is_none()
+            && self.sdk.is_none()
+            && self.captured.is_empty()
+            && self.http.is_none()
+            && self.server_address.is_none()
+            && self.resend_count.is_none()
+    }
+}
+
+const COUNT_MISSING: u16 = 0;
+const COUNT_VALUE: u16 = 1;
+const COUNT_OUT_OF_RANGE: u16 = 2;
+
+const HAS_PARENT: u16 = 1;
+const HAS_INDEX: u16 = 1 << 1;
+const HAS_COUNT: u16 = 1 << 2;
+const REACHED_KNOWN: u16 = 1 << 3;
+const REACHED: u16 = 1 << 4;
+const FAILED: u16 = 1 << 5;
+const STATUS_ERROR: u16 = 1 << 6;
+const DECLARED: u16 = 1 << 7;
+
+fn pack_count(count: Count) -> (i64, u16) {
+    match count {
+        Count::Missing => (0, COUNT_MISSING),
+        Count::Value(v) => (v, COUNT_VALUE),
+        Count::OutOfRange => (0, COUNT_OUT_OF_RANGE),
+    }
+}
+
+fn flag(on: bool, bit: u16) -> u16 {
+    if on {
+        bit
+    } else {
+        0
+    }
+}
+
+impl PendingAttempt {
+    /// `span` as its group `key` holds it; `key` is the span's own ([`GroupKey::of`]).
+    pub(super) fn pack(span: SpanFacts, key: &GroupKey) -> PendingAttempt {
+        // Every field by name: a fact added to `SpanFacts` must be given a place here.
+        let SpanFacts {
+            trace_id: _,
+            span_id,
+            parent_span_id,
+            service_name,
+            start_time_unix_nano,
+            end_time_unix_nano,
+            kind,
+            request_id,
+            attempt_index,
+            attempt_count,
+            envelope,
+            envelope_json,
+            request_model,
+            response_model,
+            provider,
+            model_family,
+            input_tokens,
+            cached_input_tokens,
+            cache_write_input_tokens,
+            output_tokens,
+            output_cap,
+            output_reached_client,
+            error_type,
+            failed,
+            status_error,
+            sdk,
+            captured,
+            http,
+            declared,
+            scope,
+            server_address,
+            resend_count,
+            usage_origin,
+        } = span;
+        let mut counts = [0; 5];
+        let mut count_kinds = 0;
+        let all = [
+            input_tokens,
+            cached_input_tokens,
+            cache_write_input_tokens,
+            output_tokens,
+            output_cap,
+        ];
+        for (i, count) in all.into_iter().enumerate() {
+            let (value, kind) = pack_count(count);
+            counts[i] = value;
+            count_kinds |= kind << (2 * i);
+        }
+        let rare = Rare {
+            // A request id grouped the span by it: the key holds the same text.
+            request_id: request_id.filter(|_| !matches!(key, GroupKey::RequestId { .. })),
+            sdk,
+            captured,
+            http,
+            server_address,
+            resend_count,
+        };
+        PendingAttempt {
+            span_id,
+            parent_span_id: parent_span_id.unwrap_or_default(),
+            start_time_unix_nano,
+            end_time_unix_nano,
+            counts,
+            attempt_index: attempt_index.unwrap_or_default(),
+            attempt_count: attempt_count.unwrap_or_default(),
+            service_name,
+            envelope,
+            envelope_json,
+            request_model,
+            response_model,
+            provider,
+            model_family,
+            error_type,
+            scope,
+            rare: (!rare.is_empty()).then(|| Box::new(rare)),
+            count_kinds,
+            flags: flag(parent_span_id.is_some(), HAS_PARENT)
+                | flag(attempt_index.is_some(), HAS_INDEX)
+                | flag(attempt_count.is_some(), HAS_COUNT)
+                | flag(output_reached_client.is_some(), REACHED_KNOWN)
+                | flag(output_reached_client == Some(true), REACHED)
+                | flag(failed, FAILED)
+                | flag(status_error, STATUS_ERROR)
+                | flag(declared, DECLARED),
+            kind,
+            usage_origin,
+        }
+    }
+
+    /// The facts [`PendingAttempt::pack`] was given, under the same `key`.
+    pub(super) fn unpack(self, key: &GroupKey) -> SpanFacts {
+        let has = |bit: u16| self.flags & bit != 0;
+        let count = |i: usize| match (self.count_kinds >> (2 * i)) & 0b11 {
+            COUNT_VALUE => Count::Value(self.counts[i]),
+            COUNT_OUT_OF_RANGE => Count::OutOfRange,
+            _ => Count::Missing,
+        };
+        let Rare {
+            request_id,
+            sdk,
+            captured,
+            http,
+            server_address,
+            resend_count,
+        } = self.rare.map(|rare| *rare).unwrap_or_default();
+        let request_id = match key {
+            GroupKey::RequestId { request_id, .. } => Some(Arc::clone(request_id)),
+            GroupKey::Parent { .. } | GroupKey::Single { .. } => request_id,
+        };
+        let trace_id: TraceId = *key.trace_id();
+        SpanFacts {
+            trace_id,
+            span_id: self.span_id,
+            parent_span_id: has(HAS_PARENT).then_some(self.parent_span_id),
+            service_name: self.service_name,
+            start_time_unix_nano: self.start_time_unix_nano,
+            end_time_unix_nano: self.end_time_unix_nano,
+            kind: self.kind,
+            request_id,
+            attempt_index: has(HAS_INDEX).then_some(self.attempt_index),
+            attempt_count: has(HAS_COUNT).then_some(self.attempt_count),
+            envelope: self.envelope,
+            envelope_json: self.envelope_json,
+            request_model: self.request_model,
+            response_model: self.response_model,
+            provider: self.provider,
+            model_family: self.model_family,
+            input_tokens: count(0),
+            cached_input_tokens: count(1),
+            cache_write_input_tokens: count(2),
+            output_tokens: count(3),
+            output_cap: count(4),
+            output_reached_client: has(REACHED_KNOWN).then_some(has(REACHED)),
+            error_type: self.error_type,
+            failed: has(FAILED),
+            status_error: has(STATUS_ERROR),
+            sdk,
+            captured,
+            http,
+            declared: has(DECLARED),
+            scope: self.scope,
+            server_address,
+            resend_count,
+            usage_origin: self.usage_origin,
+        }
+    }
+
+    pub(super) fn span_id(&self) -> SpanId {
+        self.span_id
+    }
+
+    /// Estimated bytes this record keeps alive: itself, what it boxes, and an envelope of its
+    /// own (see [`SpanFacts::retained_bytes`]).
+    pub(super) fn retained_bytes(&self) -> usize {
+        fn envelope(e: &Arc<EnvelopeFields>) -> usize {
+            if (e.present || e.task_type.is_some()) && Arc::strong_count(e) <= 2 {
+                std::mem::size_of::<EnvelopeFields>() + 64
+            } else {
+                0
+            }
+        }
+        let rare = self.rare.as_deref().map_or(0, |rare| {
+            std::mem::size_of::<Rare>()
+                + rare.request_id.as_ref().map_or(0, |id| id.len() + 16)
+                + rare.sdk.as_ref().map_or(0, |sdk| {
+                    std::mem::size_of::<SdkFacts>()
+                        + sdk.decision_reason.as_ref().map_or(0, String::capacity)
+                })
+                + rare.captured.heap_bytes()
+                + rare.http.as_ref().map_or(0, |http| {
+                    std::mem::size_of::<HttpFacts>()
+                        + http.host.as_ref().map_or(0, String::capacity)
+                })
+        });
+        std::mem::size_of::<PendingAttempt>()
+            + rare
+            + envelope(&self.envelope)
+            + self.envelope_json.as_ref().map_or(0, envelope)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn count() -> impl Strategy<Value = Count> {
+        prop_oneof![
+            Just(Count::Missing),
+            Just(Count::OutOfRange),
+            any::<i64>().prop_map(Count::Value),
+        ]
+    }
+
+    fn symbol() -> impl Strategy<Value = Option<Symbol>> {
+        prop::option::of("[a-z0-9.-]{0,12}".prop_map(|s| Symbol::from(s.as_str())))
+    }
+
+    fn kind() -> impl Strategy<Value = SpanKind> {
+        prop_oneof![
+            Just(SpanKind::Attempt),
+            Just(SpanKind::SingleAttempt),
+            Just(SpanKind::DeclaredSingle),
+        ]
+    }
+
+    prop_compose! {
+        fn facts()(
+            ids in any::<([u8; 16], [u8; 8], Option<[u8; 8]>)>(),
+            times in any::<(u64, u64)>(),
+            kind in kind(),
+            request_id in prop::option::of("[a-z0-9-]{0,8}"),
+            index_count in any::<(Option<i32>, Option<u32>, Option<i32>)>(),
+            counts in [count(), count(), count(), count(), count()],
+            flags in any::<(Option<bool>, bool, bool, bool)>(),
+            symbols in [symbol(), symbol(), symbol(), symbol(), symbol(), symbol(), symbol()],
+            sdk in prop::option::of(prop::option::of("[a-z ]{0,8}")),
+            http in prop::option::of((prop::option::of("[a-z.]{1,8}"), any::<Option<i64>>())),
+            captured in prop::collection::vec(("[a-z.]{1,6}", "[a-z]{0,6}"), 0..3),
+            envelope_json in any::<bool>(),
+            usage in prop_oneof![
+                Just(UsageOrigin::Span),
+                Just(UsageOrigin::Call),
+                Just(UsageOrigin::Borrowed)
+            ],
+        ) -> SpanFacts {
+            let [request_model, response_model, provider, model_family, error_type, scope, server_address] =
+                symbols;
+            let [input_tokens, cached_input_tokens, cache_write_input_tokens, output_tokens, output_cap] =
+                counts;
+            let mut span = SpanFacts::blank("svc".into());
+            span.trace_id = ids.0;
+            span.span_id = ids.1;
+            span.parent_span_id = ids.2;
+            (span.start_time_unix_nano, span.end_time_unix_nano) = times;
+            span.kind = kind;
+            span.request_id = request_id.map(Arc::from);
+            (span.attempt_index, span.attempt_count, span.resend_count) = index_count;
+            span.input_tokens = input_tokens;
+            span.cached_input_tokens = cached_input_tokens;
+            span.cache_write_input_tokens = cache_write_input_tokens;
+            span.output_tokens = output_tokens;
+            span.output_cap = output_cap;
+            (span.output_reached_client, span.failed, span.status_error, span.declared) = flags;
+            span.request_model = request_model;
+            span.response_model = response_model;
+            span.provider = provider;
+            span.model_family = model_family;
+            span.error_type = error_type;
+            span.scope = scope;
+            span.server_address = server_address;
+            span.sdk = sdk.map(|reason| Box::new(SdkFacts {
+                decision_reason: reason,
+                ..SdkFacts::default()
+            }));
+            span.http = http.map(|(host, status_code)| Box::new(HttpFacts {
+                host,
+                status_code,
+                ..HttpFacts::default()
+            }));
+            span.captured = CapturedAttributes::from_pairs(captured);
+            if envelope_json {
+                span.envelope_json = Some(Arc::new(EnvelopeFields {
+                    present: true,
+                    ..EnvelopeFields::default()
+                }));
+            }
+            span.usage_origin = usage;
+            span
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn an_attempt_unpacks_to_the_facts_it_was_packed_from(span in facts()) {
+            let Some(key) = GroupKey::of(&span) else {
+                return Err(TestCaseError::fail("an attempt kind has a key"));
+            };
+            let packed = PendingAttempt::pack(span.clone(), &key);
+            prop_assert_eq!(packed.unpack(&key), span);
+        }
+    }
+
+    #[test]
+    fn a_plain_declared_attempt_is_held_without_a_box() {
+        let mut span = SpanFacts::blank("svc".into());
+        span.kind = SpanKind::Attempt;
+        span.request_id = Some(Arc::from("req-1"));
+        span.request_model = Some("gpt-4o".into());
+        span.input_tokens = Count::Value(1200);
+        let key = GroupKey::of(&span).expect("an attempt has a key");
+        let packed = PendingAttempt::pack(span, &key);
+        assert!(packed.rare.is_none());
+        assert!(std::mem::size_of::<PendingAttempt>() < std::mem::size_of::<SpanFacts>());
+    }
+}
