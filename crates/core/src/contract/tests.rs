@@ -811,3 +811,24 @@ fn string_form_of_doubles_is_the_shortest_round_trip() {
         assert_eq!(string_form(&value).as_deref(), expected, "{value:?}");
     }
 }
+
+#[test]
+fn spans_of_one_request_read_on_one_thread_share_its_id() {
+    let attempt = facts(vec![kv(attr::REQUEST_ID, s("req-shared-1"))]);
+    let logical = facts(vec![
+        kv(attr::SPAN_ROLE, s("logical_request")),
+        kv(attr::REQUEST_ID, s("req-shared-1")),
+    ]);
+    let other = facts(vec![kv(attr::REQUEST_ID, s("req-shared-2"))]);
+    let number = facts(vec![kv(attr::REQUEST_ID, Value::IntValue(42))]);
+    let (Some(a), Some(l), Some(o), Some(n)) = (
+        attempt.request_id,
+        logical.request_id,
+        other.request_id,
+        number.request_id,
+    ) else {
+        panic!("every span names a request id");
+    };
+    assert!(Arc::ptr_eq(&a, &l));
+    assert_eq!((&*a, &*o, &*n), ("req-shared-1", "req-shared-2", "42"));
+}
