@@ -401,6 +401,11 @@ impl Assembler {
         self.grouper.finished_bytes() + self.plain.finished_bytes()
     }
 
+    /// Estimated bytes of what waits: pending requests, waiting logical spans, held plain spans.
+    fn pending_part(&self) -> usize {
+        self.grouper.pending_bytes() + self.plain.held_bytes()
+    }
+
     /// Forgets the oldest finished request, or inferred trace, whichever cache is larger.
     fn evict_finished(&mut self) -> bool {
         let plain_first = self.plain.finished_bytes() > self.grouper.finished_bytes();
@@ -423,12 +428,21 @@ impl Assembler {
     fn enforce_cap(&mut self, ready: &mut Ready) {
         loop {
             let over_count = self.grouper.pending_groups() > self.options.max_pending_requests;
-            if !over_count && !self.over_budget() {
+            let over_total = self.over_budget();
+            // Requests waiting get three quarters of the budget whatever the finished cache
+            // holds. Against the budget left beside the cache, a request evaluated early made
+            // room only until its finished entry, about as large as the pending request once
+            // pending requests were packed, took that room back: each took more early, and the
+            // first crossing of the budget evaluated thousands at once (BENCHMARKS.md, issue
+            // 18, seventeenth pass).
+            let over_pending = self.pending_part() > self.options.max_pending_bytes / 4 * 3;
+            if !over_count && !over_total && !over_pending {
                 break;
             }
             // Forgetting finished requests costs only late retries their context; evaluating
             // pending ones early can cost a request its later attempts. Forget first.
             if !over_count
+                && over_total
                 && self.finished_bytes() > self.options.max_pending_bytes / 4
                 && self.evict_finished()
             {
