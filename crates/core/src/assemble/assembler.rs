@@ -64,7 +64,8 @@ impl ShardBounds {
 /// When a pending group's wait ends (see [`Assembler`]'s `deadlines`).
 #[derive(Debug)]
 struct Deadline {
-    at: Instant,
+    /// A [`Ticks`] time: every attempt touch queues one, and an `Instant` is twice as large.
+    at: u64,
     seq: u64,
     /// Where the group was; its sequence number says whether it still is.
     place: Place,
@@ -101,8 +102,38 @@ pub struct Assembler {
     /// A queue, not an ordered map: touching a group is one push, not a removal and an insert.
     deadlines: VecDeque<Deadline>,
     /// Logical spans in arrival order, so ones whose attempts never come are let go.
-    logical_arrivals: VecDeque<(Instant, TraceId, SpanId)>,
+    logical_arrivals: VecDeque<(u64, TraceId, SpanId)>,
     sequence: u64,
+    ticks: Ticks,
+}
+
+/// Times as nanoseconds since the first one the assembler was given: the two queues above hold
+/// one entry per attempt and logical span, and 8 bytes where an `Instant` takes 16.
+#[derive(Debug, Default)]
+struct Ticks {
+    epoch: Option<Instant>,
+}
+
+impl Ticks {
+    /// `at` in ticks; a time before the first one (a clock gone back) is tick 0.
+    fn of(&mut self, at: Instant) -> u64 {
+        let epoch = *self.epoch.get_or_insert(at);
+        Ticks::nanos(at.saturating_duration_since(epoch))
+    }
+
+    /// `at` in ticks, without starting the count.
+    fn peek(&self, at: Instant) -> u64 {
+        self.epoch
+            .map_or(0, |epoch| Ticks::nanos(at.saturating_duration_since(epoch)))
+    }
+
+    fn instant(&self, ticks: u64) -> Option<Instant> {
+        Some(self.epoch? + Duration::from_nanos(ticks))
+    }
+
+    fn nanos(d: Duration) -> u64 {
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
 }
 
 impl Assembler {
@@ -116,6 +147,7 @@ impl Assembler {
             deadlines: VecDeque::new(),
             logical_arrivals: VecDeque::new(),
             sequence: 0,
+            ticks: Ticks::default(),
         }
     }
 
@@ -205,7 +237,9 @@ impl Assembler {
             (Offer::Logical, _) => {
                 if let Some((keys, trace_id, span_id)) = logical_keys {
                     if self.grouper.holds_logical(trace_id, span_id) {
-                        self.logical_arrivals.push_back((now, trace_id, span_id));
+                        let arrived = self.ticks.of(now);
+                        self.logical_arrivals
+                            .push_back((arrived, trace_id, span_id));
                     }
                     for key in keys.iter() {
                         if let Some(place) = self.grouper.place_of(key) {
@@ -225,10 +259,12 @@ impl Assembler {
     /// let go.
     pub fn expire(&mut self, now: Instant, ready: &mut Ready) {
         self.plain.expire(now, ready);
+        let now_ticks = self.ticks.peek(now);
+        let wait = Ticks::nanos(self.options.group_wait);
         // Stale entries at the front go too, due or not, so the next deadline is a live one.
         while let Some(front) = self.deadlines.front() {
             let live = self.grouper.is_deadline_of(front.place, front.seq);
-            if live && front.at > now {
+            if live && front.at > now_ticks {
                 break;
             }
             if let Some(due) = self.deadlines.pop_front() {
@@ -238,7 +274,7 @@ impl Assembler {
             }
         }
         while let Some(&(arrived, trace_id, span_id)) = self.logical_arrivals.front() {
-            if arrived + self.options.group_wait > now {
+            if arrived.saturating_add(wait) > now_ticks {
                 break;
             }
             self.logical_arrivals.pop_front();
@@ -333,7 +369,10 @@ impl Assembler {
     /// The earliest time a pending group or plain run becomes ready by waiting. It may be
     /// early (a group taken since leaves its entry until then), never late.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let groups = self.deadlines.front().map(|d| d.at);
+        let groups = self
+            .deadlines
+            .front()
+            .and_then(|d| self.ticks.instant(d.at));
         match (groups, self.plain.next_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -350,7 +389,10 @@ impl Assembler {
     fn push_deadline(&mut self, place: Place, seq: u64, now: Instant) {
         // A caller whose clock went back would break the order: its deadline waits for the
         // latest one instead.
-        let at = now + self.options.group_wait;
+        let at = self
+            .ticks
+            .of(now)
+            .saturating_add(Ticks::nanos(self.options.group_wait));
         let at = self.deadlines.back().map_or(at, |last| last.at.max(at));
         self.deadlines.push_back(Deadline { at, seq, place });
         // Stale entries leave from the front as time passes; `replay`'s time stands still, so
