@@ -152,6 +152,70 @@ pub enum SpanKind {
     Passthrough,
 }
 
+/// `N` counts in 8 bytes each and two bits more: a [`Count`] alone takes 16, and held spans
+/// keep four or five of them (BENCHMARKS.md, issue 18, seventeenth pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PackedCounts<const N: usize> {
+    values: [i64; N],
+    /// Two bits a count: [`PackedCounts::MISSING`], `VALUE` or `OUT_OF_RANGE`.
+    kinds: u16,
+}
+
+impl<const N: usize> Default for PackedCounts<N> {
+    fn default() -> Self {
+        PackedCounts::new([Count::Missing; N])
+    }
+}
+
+impl<const N: usize> PackedCounts<N> {
+    const MISSING: u16 = 0;
+    const VALUE: u16 = 1;
+    const OUT_OF_RANGE: u16 = 2;
+
+    pub fn new(counts: [Count; N]) -> PackedCounts<N> {
+        // Two bits a count in a `u16`.
+        const { assert!(N <= 8) };
+        let mut packed = PackedCounts {
+            values: [0; N],
+            kinds: 0,
+        };
+        for (i, count) in counts.into_iter().enumerate() {
+            packed.set(i, count);
+        }
+        packed
+    }
+
+    /// Count `i`; `Missing` past the last.
+    pub fn get(&self, i: usize) -> Count {
+        match (self.kinds >> (2 * i)) & 0b11 {
+            Self::VALUE => self
+                .values
+                .get(i)
+                .map_or(Count::Missing, |&v| Count::Value(v)),
+            Self::OUT_OF_RANGE => Count::OutOfRange,
+            _ => Count::Missing,
+        }
+    }
+
+    /// Sets count `i`; past the last, nothing.
+    pub fn set(&mut self, i: usize, count: Count) {
+        let Some(value) = self.values.get_mut(i) else {
+            return;
+        };
+        let (v, kind) = match count {
+            Count::Missing => (0, Self::MISSING),
+            Count::Value(v) => (v, Self::VALUE),
+            Count::OutOfRange => (0, Self::OUT_OF_RANGE),
+        };
+        *value = v;
+        self.kinds = (self.kinds & !(0b11 << (2 * i))) | (kind << (2 * i));
+    }
+
+    pub fn all(&self) -> [Count; N] {
+        std::array::from_fn(|i| self.get(i))
+    }
+}
+
 /// Envelope fields as one source (a span's flat attributes, or its JSON policy) gives them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct EnvelopeFields {

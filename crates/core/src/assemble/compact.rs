@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use super::GroupKey;
 use crate::contract::{
-    CapturedAttributes, Count, EnvelopeFields, HttpFacts, SdkFacts, SpanFacts, SpanId, SpanKind,
-    Symbol, TraceId, UsageOrigin,
+    CapturedAttributes, EnvelopeFields, HttpFacts, PackedCounts, SdkFacts, SpanFacts, SpanId,
+    SpanKind, Symbol, TraceId, UsageOrigin,
 };
 
 #[derive(Debug)]
@@ -22,8 +22,8 @@ pub(super) struct PendingAttempt {
     parent_span_id: SpanId,
     start_time_unix_nano: u64,
     end_time_unix_nano: u64,
-    /// Input, cached input, cache write, output, output cap; what each is in `count_kinds`.
-    counts: [i64; 5],
+    /// Input, cached input, cache write, output, output cap.
+    counts: PackedCounts<5>,
     attempt_index: i32,
     attempt_count: u32,
     service_name: Symbol,
@@ -36,8 +36,6 @@ pub(super) struct PendingAttempt {
     error_type: Option<Symbol>,
     scope: Option<Symbol>,
     rare: Option<Box<Rare>>,
-    /// Two bits a count: [`COUNT_MISSING`], [`COUNT_VALUE`] or [`COUNT_OUT_OF_RANGE`].
-    count_kinds: u16,
     flags: u16,
     kind: SpanKind,
     usage_origin: UsageOrigin,
@@ -66,10 +64,6 @@ impl Rare {
     }
 }
 
-const COUNT_MISSING: u16 = 0;
-const COUNT_VALUE: u16 = 1;
-const COUNT_OUT_OF_RANGE: u16 = 2;
-
 const HAS_PARENT: u16 = 1;
 const HAS_INDEX: u16 = 1 << 1;
 const HAS_COUNT: u16 = 1 << 2;
@@ -78,14 +72,6 @@ const REACHED: u16 = 1 << 4;
 const FAILED: u16 = 1 << 5;
 const STATUS_ERROR: u16 = 1 << 6;
 const DECLARED: u16 = 1 << 7;
-
-fn pack_count(count: Count) -> (i64, u16) {
-    match count {
-        Count::Missing => (0, COUNT_MISSING),
-        Count::Value(v) => (v, COUNT_VALUE),
-        Count::OutOfRange => (0, COUNT_OUT_OF_RANGE),
-    }
-}
 
 fn flag(on: bool, bit: u16) -> u16 {
     if on {
@@ -134,20 +120,13 @@ impl PendingAttempt {
             resend_count,
             usage_origin,
         } = span;
-        let mut counts = [0; 5];
-        let mut count_kinds = 0;
-        let all = [
+        let counts = PackedCounts::new([
             input_tokens,
             cached_input_tokens,
             cache_write_input_tokens,
             output_tokens,
             output_cap,
-        ];
-        for (i, count) in all.into_iter().enumerate() {
-            let (value, kind) = pack_count(count);
-            counts[i] = value;
-            count_kinds |= kind << (2 * i);
-        }
+        ]);
         let rare = Rare {
             // A request id grouped the span by it: the key holds the same text.
             request_id: request_id.filter(|_| !matches!(key, GroupKey::RequestId { .. })),
@@ -175,7 +154,6 @@ impl PendingAttempt {
             error_type,
             scope,
             rare: (!rare.is_empty()).then(|| Box::new(rare)),
-            count_kinds,
             flags: flag(parent_span_id.is_some(), HAS_PARENT)
                 | flag(attempt_index.is_some(), HAS_INDEX)
                 | flag(attempt_count.is_some(), HAS_COUNT)
@@ -192,11 +170,8 @@ impl PendingAttempt {
     /// The facts [`PendingAttempt::pack`] was given, under the same `key`.
     pub(super) fn unpack(self, key: &GroupKey) -> SpanFacts {
         let has = |bit: u16| self.flags & bit != 0;
-        let count = |i: usize| match (self.count_kinds >> (2 * i)) & 0b11 {
-            COUNT_VALUE => Count::Value(self.counts[i]),
-            COUNT_OUT_OF_RANGE => Count::OutOfRange,
-            _ => Count::Missing,
-        };
+        let [input_tokens, cached_input_tokens, cache_write_input_tokens, output_tokens, output_cap] =
+            self.counts.all();
         let Rare {
             request_id,
             sdk,
@@ -227,11 +202,11 @@ impl PendingAttempt {
             response_model: self.response_model,
             provider: self.provider,
             model_family: self.model_family,
-            input_tokens: count(0),
-            cached_input_tokens: count(1),
-            cache_write_input_tokens: count(2),
-            output_tokens: count(3),
-            output_cap: count(4),
+            input_tokens,
+            cached_input_tokens,
+            cache_write_input_tokens,
+            output_tokens,
+            output_cap,
             output_reached_client: has(REACHED_KNOWN).then_some(has(REACHED)),
             error_type: self.error_type,
             failed: has(FAILED),
@@ -286,6 +261,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::contract::Count;
 
     fn count() -> impl Strategy<Value = Count> {
         prop_oneof![

@@ -30,7 +30,8 @@ use rust_decimal::Decimal;
 
 use super::GroupKey;
 use crate::contract::{
-    CapturedAttributes, Count, EnvelopeFields, SpanFacts, SpanId, SpanKind, Symbol, TraceId,
+    CapturedAttributes, Count, EnvelopeFields, PackedCounts, SpanFacts, SpanId, SpanKind, Symbol,
+    TraceId,
 };
 
 /// What an evaluated span must keep to be a later retry's earlier attempt (or, for a logical
@@ -48,15 +49,18 @@ pub struct ContextSpan {
     pub envelope_json: Option<Arc<EnvelopeFields>>,
     pub request_model: Option<Symbol>,
     pub model_family: Option<Symbol>,
-    pub input_tokens: Count,
-    pub cached_input_tokens: Count,
-    pub output_tokens: Count,
-    pub output_cap: Count,
+    /// Input, cached input, output, output cap (see [`ContextSpan::INPUT_TOKENS`] and on).
+    pub counts: PackedCounts<4>,
     pub output_reached_client: Option<bool>,
     pub captured: CapturedAttributes,
 }
 
 impl ContextSpan {
+    pub const INPUT_TOKENS: usize = 0;
+    pub const CACHED_INPUT_TOKENS: usize = 1;
+    pub const OUTPUT_TOKENS: usize = 2;
+    pub const OUTPUT_CAP: usize = 3;
+
     /// The context of an evaluated attempt.
     pub fn of_attempt(span: SpanFacts) -> ContextSpan {
         ContextSpan::of(span, false)
@@ -79,10 +83,12 @@ impl ContextSpan {
             envelope_json: span.envelope_json,
             request_model: span.request_model,
             model_family: span.model_family,
-            input_tokens: span.input_tokens,
-            cached_input_tokens: span.cached_input_tokens,
-            output_tokens: span.output_tokens,
-            output_cap: span.output_cap,
+            counts: PackedCounts::new([
+                span.input_tokens,
+                span.cached_input_tokens,
+                span.output_tokens,
+                span.output_cap,
+            ]),
             output_reached_client: span.output_reached_client,
             captured: span.captured,
         }
@@ -103,10 +109,10 @@ impl ContextSpan {
             envelope_json: self.envelope_json.clone(),
             request_model: self.request_model.clone(),
             model_family: self.model_family.clone(),
-            input_tokens: self.input_tokens,
-            cached_input_tokens: self.cached_input_tokens,
-            output_tokens: self.output_tokens,
-            output_cap: self.output_cap,
+            input_tokens: self.counts.get(ContextSpan::INPUT_TOKENS),
+            cached_input_tokens: self.counts.get(ContextSpan::CACHED_INPUT_TOKENS),
+            output_tokens: self.counts.get(ContextSpan::OUTPUT_TOKENS),
+            output_cap: self.counts.get(ContextSpan::OUTPUT_CAP),
             output_reached_client: self.output_reached_client,
             captured: self.captured.clone(),
             // The rest as a freshly read span of this service has them; `SpanFacts::default()`
@@ -355,12 +361,7 @@ impl<'a> Encoder<'a> {
             let i = self.string(text);
             put_varint(out, u64::from(i));
         }
-        let counts = [
-            span.input_tokens,
-            span.cached_input_tokens,
-            span.output_tokens,
-            span.output_cap,
-        ];
+        let counts = span.counts.all();
         let tags = counts
             .iter()
             .enumerate()
@@ -798,7 +799,6 @@ impl<'a> Reader<'a> {
         } else {
             CapturedAttributes::default()
         };
-        let [input_tokens, cached_input_tokens, output_tokens, output_cap] = counts;
         Ok(ContextSpan {
             span_id,
             start_time_unix_nano,
@@ -810,10 +810,7 @@ impl<'a> Reader<'a> {
             envelope_json,
             request_model,
             model_family,
-            input_tokens,
-            cached_input_tokens,
-            output_tokens,
-            output_cap,
+            counts: PackedCounts::new(counts),
             output_reached_client: has(SPAN_REACHED_KNOWN).then_some(has(SPAN_REACHED)),
             captured,
         })

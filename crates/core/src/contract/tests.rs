@@ -832,3 +832,22 @@ fn spans_of_one_request_read_on_one_thread_share_its_id() {
     assert!(Arc::ptr_eq(&a, &l));
     assert_eq!((&*a, &*o, &*n), ("req-shared-1", "req-shared-2", "42"));
 }
+
+#[test]
+fn packed_counts_give_back_what_was_set_last() {
+    let mut counts = PackedCounts::new([Count::Value(-1), Count::OutOfRange, Count::Missing]);
+    assert_eq!(
+        counts.all(),
+        [Count::Value(-1), Count::OutOfRange, Count::Missing]
+    );
+    counts.set(0, Count::Missing);
+    counts.set(1, Count::Value(i64::MIN));
+    counts.set(2, Count::OutOfRange);
+    counts.set(3, Count::Value(7));
+    assert_eq!(
+        counts.all(),
+        [Count::Missing, Count::Value(i64::MIN), Count::OutOfRange]
+    );
+    assert_eq!(counts.get(3), Count::Missing, "past the last");
+    assert!(std::mem::size_of::<PackedCounts<4>>() < 4 * std::mem::size_of::<Count>());
+}

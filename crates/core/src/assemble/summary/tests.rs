@@ -36,10 +36,12 @@ fn context(id: u8, index: Option<i32>) -> ContextSpan {
         envelope_json: None,
         request_model: Some("deepseek-v4-flash".into()),
         model_family: None,
-        input_tokens: Count::Value(10_000),
-        cached_input_tokens: Count::Value(4_000),
-        output_tokens: Count::Missing,
-        output_cap: Count::Value(800),
+        counts: PackedCounts::new([
+            Count::Value(10_000),
+            Count::Value(4_000),
+            Count::Missing,
+            Count::Value(800),
+        ]),
         output_reached_client: None,
         captured: CapturedAttributes::default(),
     }
@@ -53,9 +55,13 @@ fn summaries() -> Vec<Summary> {
     logical.attempt_count = Some(2);
     logical.envelope = Arc::clone(&envelope);
     logical.request_model = None;
-    logical.input_tokens = Count::Missing;
-    logical.cached_input_tokens = Count::Missing;
-    logical.output_cap = Count::Missing;
+    logical
+        .counts
+        .set(ContextSpan::INPUT_TOKENS, Count::Missing);
+    logical
+        .counts
+        .set(ContextSpan::CACHED_INPUT_TOKENS, Count::Missing);
+    logical.counts.set(ContextSpan::OUTPUT_CAP, Count::Missing);
     let mut odd = context(3, Some(-7));
     odd.envelope_json = Some(Arc::new(EnvelopeFields {
         present: true,
@@ -63,9 +69,11 @@ fn summaries() -> Vec<Summary> {
         ..EnvelopeFields::default()
     }));
     odd.model_family = Some("glm".into());
-    odd.input_tokens = Count::Value(-5);
-    odd.output_tokens = Count::OutOfRange;
-    odd.output_cap = Count::Value(i64::MIN);
+    odd.counts.set(ContextSpan::INPUT_TOKENS, Count::Value(-5));
+    odd.counts
+        .set(ContextSpan::OUTPUT_TOKENS, Count::OutOfRange);
+    odd.counts
+        .set(ContextSpan::OUTPUT_CAP, Count::Value(i64::MIN));
     odd.output_reached_client = Some(true);
     odd.captured = CapturedAttributes::from_pairs(vec![
         ("tenant".into(), "acme".into()),
