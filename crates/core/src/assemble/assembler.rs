@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::plain::{PlainHold, PlainOffer};
+use super::ticks::Ticks;
 use super::{Grouper, Offer, Origins, Place, Request, Summary};
 use crate::contract::{SpanFacts, SpanId, SpanKind, TraceId};
 
@@ -105,35 +106,6 @@ pub struct Assembler {
     logical_arrivals: VecDeque<(u64, TraceId, SpanId)>,
     sequence: u64,
     ticks: Ticks,
-}
-
-/// Times as nanoseconds since the first one the assembler was given: the two queues above hold
-/// one entry per attempt and logical span, and 8 bytes where an `Instant` takes 16.
-#[derive(Debug, Default)]
-struct Ticks {
-    epoch: Option<Instant>,
-}
-
-impl Ticks {
-    /// `at` in ticks; a time before the first one (a clock gone back) is tick 0.
-    fn of(&mut self, at: Instant) -> u64 {
-        let epoch = *self.epoch.get_or_insert(at);
-        Ticks::nanos(at.saturating_duration_since(epoch))
-    }
-
-    /// `at` in ticks, without starting the count.
-    fn peek(&self, at: Instant) -> u64 {
-        self.epoch
-            .map_or(0, |epoch| Ticks::nanos(at.saturating_duration_since(epoch)))
-    }
-
-    fn instant(&self, ticks: u64) -> Option<Instant> {
-        Some(self.epoch? + Duration::from_nanos(ticks))
-    }
-
-    fn nanos(d: Duration) -> u64 {
-        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-    }
 }
 
 impl Assembler {

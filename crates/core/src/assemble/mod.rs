@@ -14,6 +14,7 @@ mod plain;
 mod seq_ring;
 mod slab;
 pub mod summary;
+mod ticks;
 mod waiting;
 
 pub use assembler::{Assembler, AssemblyBounds, Ready};

@@ -8,9 +8,11 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use hashbrown::HashTable;
+use smallvec::SmallVec;
 
 use super::infer::{infer_trace, EarlierTrace, Link, TraceSpans};
 use super::seq_ring::{sweep, SeqRing};
+use super::ticks::Ticks;
 use super::{FastMap, FastSet, Origins, Ready};
 use crate::contract::{HttpTry, SpanFacts, SpanId, SpanKind, TraceId};
 
@@ -23,15 +25,18 @@ const TRACE_OVERHEAD_BYTES: usize = 256;
 /// One trace's spans waiting for inference.
 #[derive(Debug)]
 struct Held {
-    /// Every span's parent link, in arrival order.
-    links: Vec<Link>,
+    /// Every span's parent link, in arrival order. Inline up to a logical span and three
+    /// attempts: every trace gets an entry, most are of declared spans, and a vector was one
+    /// more allocation (80 bytes) for each.
+    links: SmallVec<[Link; INLINE_LINKS]>,
     /// Boxed: most traces are of declared spans, whose links are all they need held.
     plain: Option<Box<HeldPlain>>,
-    /// Where the plain spans came from: inference consumes them all at once.
-    origins: Option<Origins>,
-    last_seen: Instant,
+    /// In [`Ticks`].
+    last_seen: u64,
     bytes: usize,
 }
+
+const INLINE_LINKS: usize = 4;
 
 /// A trace's model spans, call spans and tries.
 #[derive(Debug, Default)]
@@ -40,6 +45,8 @@ struct HeldPlain {
     spans: TraceSpans,
     /// Ids of the model spans, call spans and tries held, so a re-sent copy is known.
     ids: FastSet<SpanId>,
+    /// Where the plain spans came from: inference consumes them all at once.
+    origins: Option<Origins>,
 }
 
 impl Held {
@@ -87,7 +94,8 @@ struct HeldTraces {
 #[derive(Debug)]
 struct Slot {
     trace_id: TraceId,
-    queued: Instant,
+    /// In [`Ticks`].
+    queued: u64,
     held: Held,
 }
 
@@ -113,7 +121,7 @@ impl HeldTraces {
     fn get_or_insert(
         &mut self,
         trace_id: TraceId,
-        now: Instant,
+        now: u64,
         make: impl FnOnce() -> Held,
     ) -> &mut Held {
         let hash = self.hasher.hash_one(trace_id);
@@ -128,7 +136,7 @@ impl HeldTraces {
         }
     }
 
-    fn push(&mut self, hash: u64, trace_id: TraceId, queued: Instant, held: Held) -> u64 {
+    fn push(&mut self, hash: u64, trace_id: TraceId, queued: u64, held: Held) -> u64 {
         let live = self.queue.len();
         sweep(
             &mut self.index,
@@ -173,7 +181,9 @@ impl HeldTraces {
 
 #[derive(Debug)]
 pub(super) struct PlainHold {
-    group_wait: Duration,
+    /// In [`Ticks`].
+    group_wait: u64,
+    ticks: Ticks,
     /// Every trace gets an entry (declared spans note their links): what a trace of declared
     /// spans alone needs is inline, the rest boxed, so the slots stay small.
     traces: HeldTraces,
@@ -189,7 +199,8 @@ pub(super) struct PlainHold {
 impl PlainHold {
     pub(super) fn new(group_wait: Duration, finished_capacity: usize) -> PlainHold {
         PlainHold {
-            group_wait,
+            group_wait: Ticks::nanos(group_wait),
+            ticks: Ticks::default(),
             traces: HeldTraces::default(),
             finished: FastMap::default(),
             finished_order: VecDeque::new(),
@@ -226,7 +237,7 @@ impl PlainHold {
         } + LINK_BYTES
             + 16;
         held.bytes += bytes;
-        held.origins = Origins::widen_optional(held.origins, origin.map(Origins::single));
+        plain.origins = Origins::widen_optional(plain.origins, origin.map(Origins::single));
         let first_model = span.kind == SpanKind::SingleAttempt && !plain.spans.inferable();
         held.links.push(Link::of(&span));
         plain.spans.push_unlinked(span);
@@ -247,13 +258,13 @@ impl PlainHold {
     }
 
     fn held(&mut self, trace_id: TraceId, now: Instant) -> &mut Held {
+        let now = self.ticks.of(now);
         let bytes = &mut self.bytes;
         let held = self.traces.get_or_insert(trace_id, now, || {
             *bytes += TRACE_OVERHEAD_BYTES;
             Held {
-                links: Vec::new(),
+                links: SmallVec::new(),
                 plain: None,
-                origins: None,
                 last_seen: now,
                 bytes: TRACE_OVERHEAD_BYTES,
             }
@@ -264,14 +275,15 @@ impl PlainHold {
 
     /// Traces quiet for `group_wait` are inferred.
     pub(super) fn expire(&mut self, now: Instant, ready: &mut Ready) {
+        let now = self.ticks.peek(now);
         while let Some(front) = self.traces.front() {
-            if front.queued + self.group_wait > now {
+            if front.queued.saturating_add(self.group_wait) > now {
                 break;
             }
             let Some(slot) = self.traces.pop_front() else {
                 break;
             };
-            if slot.held.last_seen + self.group_wait > now {
+            if slot.held.last_seen.saturating_add(self.group_wait) > now {
                 self.traces.requeue(slot);
                 continue;
             }
@@ -334,33 +346,36 @@ impl PlainHold {
     pub(super) fn oldest_origin(&self) -> Option<u64> {
         self.traces
             .iter()
-            .filter_map(|held| held.origins.map(|o| o.min))
+            .filter_map(|held| held.plain.as_ref()?.origins.map(|o| o.min))
             .min()
     }
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
-        self.traces
-            .front()
-            .map(|slot| slot.queued + self.group_wait)
+        let front = self.traces.front()?;
+        self.ticks
+            .instant(front.queued.saturating_add(self.group_wait))
     }
 
     fn infer(&mut self, trace_id: TraceId, held: Held, ready: &mut Ready) {
         self.bytes = self.bytes.saturating_sub(held.bytes);
-        let Held {
-            links,
-            plain,
+        let Held { links, plain, .. } = held;
+        // A trace of declared spans alone: nothing to infer, nothing consumed.
+        let Some(plain) = plain else {
+            return;
+        };
+        let HeldPlain {
+            mut spans,
+            ids,
             origins,
-            ..
-        } = held;
+        } = *plain;
         ready.consumed_origins = Origins::widen_optional(ready.consumed_origins, origins);
-        let HeldPlain { mut spans, ids } = plain.map(|p| *p).unwrap_or_default();
-        spans.links = links;
         ready
             .consumed
             .extend(ids.iter().map(|&span_id| (trace_id, span_id)));
         if !spans.inferable() {
             return;
         }
+        spans.links = links.into_vec();
         self.with_models -= 1;
         let model_ids: FastSet<SpanId> = spans.models.iter().map(|m| m.span_id).collect();
         let links = spans.links.clone();
@@ -404,11 +419,10 @@ impl PlainHold {
 mod tests {
     use super::*;
 
-    fn held(now: Instant) -> Held {
+    fn held(now: u64) -> Held {
         Held {
-            links: Vec::new(),
+            links: SmallVec::new(),
             plain: None,
-            origins: None,
             last_seen: now,
             bytes: 0,
         }
@@ -426,14 +440,14 @@ mod tests {
         Some(traces.queue.get(seq)?.held.bytes)
     }
 
-    fn add(traces: &mut HeldTraces, n: u32, now: Instant) {
+    fn add(traces: &mut HeldTraces, n: u32, now: u64) {
         traces.get_or_insert(trace(n), now, || held(now)).bytes += 1;
     }
 
     #[test]
     fn a_trace_is_one_entry_found_until_it_leaves_from_the_front() {
         let mut traces = HeldTraces::default();
-        let now = Instant::now();
+        let now = 7;
         let total = 3 * STALE_SWEPT as u32;
         for n in 0..total {
             add(&mut traces, n, now);
@@ -460,8 +474,8 @@ mod tests {
     #[test]
     fn a_requeued_trace_moves_to_the_back_by_its_latest_span_and_drain_takes_all() {
         let mut traces = HeldTraces::default();
-        let t0 = Instant::now();
-        let later = t0 + Duration::from_secs(5);
+        let t0 = 7;
+        let later = t0 + 5_000_000_000;
         for n in 0..3 {
             add(&mut traces, n, t0);
         }
