@@ -101,6 +101,10 @@ struct LoadArgs {
     /// holds every request for `group_wait`.
     #[arg(long)]
     no_attempt_count: bool,
+    /// Every request one logical span and three attempts (two failures, then the answer), the
+    /// shape of the issue 18 acceptance load, instead of the mix of one to three.
+    #[arg(long)]
+    three_attempts: bool,
 }
 
 #[derive(clap::Args)]
@@ -450,6 +454,26 @@ fn scenario(rng: &mut Rng) -> (Option<EnvelopeSpec>, Vec<Attempt>) {
     }
 }
 
+/// A request of three attempts: two failures and the answer, on one model or falling back.
+fn three_attempt_scenario(rng: &mut Rng) -> (Option<EnvelopeSpec>, Vec<Attempt>) {
+    let input = 4_000 + 1_000 * rng.below(12) as i64;
+    let cached = 500 * rng.below(5) as i64;
+    let out = 200 + rng.below(600) as i64;
+    let last = if rng.below(4) == 0 {
+        "deepseek-v4-flash"
+    } else {
+        "glm-5"
+    };
+    (
+        Some(SUPPORT),
+        vec![
+            attempt("glm-5", input, cached, 800, 0).failed("rate_limited"),
+            attempt("glm-5", input, cached, 800, 0).failed("timeout"),
+            attempt(last, input, cached, 800, out),
+        ],
+    )
+}
+
 fn envelope_attributes(env: &EnvelopeSpec) -> Vec<KeyValue> {
     let families = env
         .families
@@ -508,6 +532,7 @@ fn build_request(
     number: usize,
     spans: usize,
     with_attempt_count: bool,
+    three_attempts: bool,
 ) -> (ExportTraceServiceRequest, u64) {
     const SERVICES: [&str; 4] = [
         "support-bot",
@@ -520,7 +545,11 @@ fn build_request(
     let mut attempts_total = 0;
     let mut group: u32 = 0;
     while out.len() < spans {
-        let (envelope, attempts) = scenario(&mut rng);
+        let (envelope, attempts) = if three_attempts {
+            three_attempt_scenario(&mut rng)
+        } else {
+            scenario(&mut rng)
+        };
         let trace_id = placeholder(group);
         let start = BASE_NANOS + u64::from(group) * 7 * SECOND + number as u64 * 3_600 * SECOND;
         if out.len() + attempts.len() + 1 > spans {
@@ -644,10 +673,16 @@ fn build_pool(
     size: usize,
     spans_per_request: usize,
     with_attempt_count: bool,
+    three_attempts: bool,
 ) -> anyhow::Result<Vec<Template>> {
     (0..size.max(1))
         .map(|number| {
-            let (request, attempts) = build_request(number, spans_per_request, with_attempt_count);
+            let (request, attempts) = build_request(
+                number,
+                spans_per_request,
+                with_attempt_count,
+                three_attempts,
+            );
             let bytes = request.encode_to_vec();
             let spans = spans_per_request as u64;
             let patches = find_patches(&bytes);
@@ -719,7 +754,7 @@ fn nonce() -> u32 {
 }
 
 fn gen_jsonl(out: &Path, spans: u64, spans_per_request: usize) -> anyhow::Result<()> {
-    let pool = build_pool(16, spans_per_request, true)?;
+    let pool = build_pool(16, spans_per_request, true, false)?;
     let nonce = nonce();
     let file = fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut file = BufWriter::new(file);
@@ -994,7 +1029,12 @@ fn load(
     pid: Option<u32>,
     latency_log: Option<&Path>,
 ) -> anyhow::Result<LoadReport> {
-    let pool = build_pool(args.pool, args.spans_per_request, !args.no_attempt_count)?;
+    let pool = build_pool(
+        args.pool,
+        args.spans_per_request,
+        !args.no_attempt_count,
+        args.three_attempts,
+    )?;
     let per_request = args.spans_per_request.max(1) as u64;
     let max_requests = match (total_spans, duration) {
         (Some(spans), _) => spans.div_ceil(per_request),
@@ -1999,7 +2039,7 @@ fn render(
         "Load: {} spans per run in requests of {} spans (~{:.0} KiB each), {} in flight over {} connection(s); collector on core {}, generator on core {}; medians of {} runs (min–max).",
         args.total_spans,
         load.spans_per_request,
-        build_pool(1, load.spans_per_request, true).map_or(0.0, |p| p[0].bytes.len() as f64 / 1024.0),
+        build_pool(1, load.spans_per_request, true, false).map_or(0.0, |p| p[0].bytes.len() as f64 / 1024.0),
         load.concurrency,
         load.connections,
         args.collector_core,

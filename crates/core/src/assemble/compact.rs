@@ -263,6 +263,13 @@ mod tests {
     use super::*;
     use crate::contract::Count;
 
+    #[test]
+    fn three_attempts_fit_the_allocators_512_byte_class() {
+        // mimalloc's size classes run 384, 448, 512, 640: a request of three attempts held for
+        // `group_wait` took 640 bytes at 176 bytes an attempt.
+        assert!(3 * std::mem::size_of::<PendingAttempt>() <= 512);
+    }
+
     fn count() -> impl Strategy<Value = Count> {
         prop_oneof![
             Just(Count::Missing),
