@@ -366,6 +366,15 @@ impl Assembler {
             .of(now)
             .saturating_add(Ticks::nanos(self.options.group_wait));
         let at = self.deadlines.back().map_or(at, |last| last.at.max(at));
+        if let Some(last) = self.deadlines.back_mut() {
+            if last.place == place && last.at == at {
+                // The same group touched again at the same time (the attempts and logical span
+                // of one request in one export): the entry pushed would come due with the last
+                // and leave it stale, so the last takes its sequence number instead.
+                last.seq = seq;
+                return;
+            }
+        }
         self.deadlines.push_back(Deadline { at, seq, place });
         // Stale entries leave from the front as time passes; `replay`'s time stands still, so
         // past four times the live ones they are swept here: at most about one lookup per push.

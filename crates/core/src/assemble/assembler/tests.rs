@@ -507,3 +507,32 @@ fn finished_cache_keeps_at_most_half_the_budget_when_nothing_waits() {
         Offer::Duplicate
     ));
 }
+
+#[test]
+fn touches_of_one_group_at_one_time_queue_one_deadline_and_it_still_moves_with_later_spans() {
+    let mut a = Assembler::new(&options(10), 1);
+    let t = Instant::now();
+    let mut ready = Ready::default();
+    let mut no_count = logical(1, 3);
+    no_count.attempt_count = None;
+    for n in 1..=3 {
+        a.offer(attempt(1, n), t, &mut ready);
+    }
+    a.offer(no_count, t, &mut ready);
+    a.offer(attempt(2, 1), t, &mut ready);
+    // One entry per group, not one per span.
+    assert_eq!(a.deadlines.len(), 2);
+    assert_eq!(a.next_deadline(), Some(t + WAIT));
+    // A later span of the first group queues a new deadline; the old one is stale.
+    let later = t + Duration::from_secs(3);
+    a.offer(attempt(1, 4), later, &mut ready);
+    assert_eq!(a.deadlines.len(), 3);
+    a.expire(t + WAIT, &mut ready);
+    let taken: Vec<u8> = ready.requests.iter().map(|r| r.key.trace_id()[0]).collect();
+    assert_eq!(taken, [2]);
+    a.expire(later + WAIT, &mut ready);
+    assert_eq!(ready.requests.len(), 2);
+    assert_eq!(ready.requests[1].attempts.len(), 4);
+    assert!(ready.requests[1].logical.is_some());
+    assert_eq!(a.pending_requests(), 0);
+}
