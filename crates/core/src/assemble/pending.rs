@@ -26,9 +26,9 @@ pub(super) struct Pending {
 
 #[derive(Debug, Default)]
 pub(super) struct PendingGroups {
-    /// `(hash of the key, place)`: the hash is kept so that the table grows without reading
-    /// the slab.
-    index: HashTable<(u64, u32)>,
+    /// Places, by the hash of their key. The hash is in the slab beside the key: an entry of
+    /// four bytes, not sixteen, and a table that grows reads the slab for it.
+    index: HashTable<u32>,
     slab: Slab<Pending>,
     /// Each place's latest deadline (see [`PendingGroups::deadline_of`]), beside the slab: a
     /// deadline checked when it comes due reads eight bytes, not the group.
@@ -43,10 +43,11 @@ impl PendingGroups {
     /// The place of the group of `key`, whose hash is `hash`.
     pub(super) fn find(&self, hash: u64, key: &GroupKey) -> Option<Place> {
         self.index
-            .find(hash, |&(h, place)| {
-                h == hash && self.at(Place(place)).is_some_and(|p| p.key == *key)
+            .find(hash, |&place| {
+                self.at(Place(place))
+                    .is_some_and(|p| p.hash == hash && p.key == *key)
             })
-            .map(|&(_, place)| Place(place))
+            .map(|&place| Place(place))
     }
 
     /// The sequence number of the latest deadline of the group at `place`; 0 when it has none
@@ -89,7 +90,10 @@ impl PendingGroups {
         if new {
             self.deadlines.push(0);
         }
-        self.index.insert_unique(hash, (hash, place), |&(h, _)| h);
+        let slab = &self.slab;
+        // Every place indexed holds its group: it leaves the index when the group is taken.
+        self.index
+            .insert_unique(hash, place, |&p| slab.get(p).map_or(0, |e| e.hash));
         Place(place)
     }
 
@@ -97,7 +101,7 @@ impl PendingGroups {
     pub(super) fn remove(&mut self, place: Place) -> Option<Pending> {
         let pending = self.slab.remove(place.0)?;
         self.set_deadline(place, 0);
-        if let Ok(entry) = self.index.find_entry(pending.hash, |&(_, p)| p == place.0) {
+        if let Ok(entry) = self.index.find_entry(pending.hash, |&p| p == place.0) {
             entry.remove();
         }
         Some(pending)

@@ -43,11 +43,12 @@ impl Entry {
 
 #[derive(Debug, Default)]
 pub(super) struct WaitingLogicals {
-    /// `(hash of (trace, span id), place)`.
-    by_span: HashTable<(u64, u32)>,
-    /// `(hash of (trace, request id), place)` of the latest logical span filed under each
-    /// request id: when one of that id leaves, so does the entry, whichever it names.
-    by_request: HashTable<(u64, u32)>,
+    /// Places by the hash of `(trace, span id)`. Both indexes hold places alone (four bytes,
+    /// not sixteen): the hashes are in the slab's entries, and every place indexed is held.
+    by_span: HashTable<u32>,
+    /// The place of the latest logical span filed under each request id, by the hash of
+    /// `(trace, request id)`: when one of that id leaves, so does the entry, whichever it names.
+    by_request: HashTable<u32>,
     slab: Slab<Entry>,
     hasher: ahash::RandomState,
 }
@@ -73,13 +74,14 @@ impl WaitingLogicals {
     pub(super) fn place_of(&self, trace_id: &TraceId, span_id: &SpanId) -> Option<LogicalPlace> {
         let hash = self.span_hash(trace_id, span_id);
         self.by_span
-            .find(hash, |&(h, place)| {
-                h == hash
-                    && self.entry(place).is_some_and(|e| {
-                        e.trace_id == *trace_id && e.logical.span.span_id == *span_id
-                    })
+            .find(hash, |&place| {
+                self.entry(place).is_some_and(|e| {
+                    e.span_hash == hash
+                        && e.trace_id == *trace_id
+                        && e.logical.span.span_id == *span_id
+                })
             })
-            .map(|&(_, place)| LogicalPlace(place))
+            .map(|&place| LogicalPlace(place))
     }
 
     /// Where the latest logical span of `request_id` waits.
@@ -90,13 +92,11 @@ impl WaitingLogicals {
     ) -> Option<LogicalPlace> {
         let hash = self.request_hash(trace_id, request_id);
         self.by_request
-            .find(hash, |&(h, place)| {
-                h == hash
-                    && self
-                        .entry(place)
-                        .is_some_and(|e| e.is_request(trace_id, request_id))
+            .find(hash, |&place| {
+                self.entry(place)
+                    .is_some_and(|e| e.is_request(trace_id, request_id))
             })
-            .map(|&(_, place)| LogicalPlace(place))
+            .map(|&place| LogicalPlace(place))
     }
 
     pub(super) fn at(&self, place: LogicalPlace) -> Option<&WaitingLogical> {
@@ -122,18 +122,20 @@ impl WaitingLogicals {
             span_hash,
             request_hash,
         });
-        self.by_span
-            .insert_unique(span_hash, (span_hash, place), |&(h, _)| h);
+        let slab = &self.slab;
+        self.by_span.insert_unique(span_hash, place, |&p| {
+            slab.get(p).map_or(0, |e| e.span_hash)
+        });
         if let (Some(hash), Some(id)) = (request_hash, request_id.as_deref()) {
-            let slab = &self.slab;
-            let found = self.by_request.find_mut(hash, |&(h, p)| {
-                h == hash && slab.get(p).is_some_and(|e| e.is_request(&trace_id, id))
+            let found = self.by_request.find_mut(hash, |&p| {
+                slab.get(p).is_some_and(|e| e.is_request(&trace_id, id))
             });
             match found {
-                Some(named) => named.1 = place,
+                Some(named) => *named = place,
                 None => {
-                    self.by_request
-                        .insert_unique(hash, (hash, place), |&(h, _)| h);
+                    self.by_request.insert_unique(hash, place, |&p| {
+                        slab.get(p).and_then(|e| e.request_hash).unwrap_or(0)
+                    });
                 }
             }
         }
@@ -142,22 +144,18 @@ impl WaitingLogicals {
     /// Takes the logical span at `place` out of the slab and both indexes.
     pub(super) fn remove_at(&mut self, place: LogicalPlace) -> Option<WaitingLogical> {
         let entry = self.slab.remove(place.0)?;
-        if let Ok(found) = self
-            .by_span
-            .find_entry(entry.span_hash, |&(_, p)| p == place.0)
-        {
+        if let Ok(found) = self.by_span.find_entry(entry.span_hash, |&p| p == place.0) {
             found.remove();
         }
         if let (Some(hash), Some(id)) =
             (entry.request_hash, entry.logical.span.request_id.as_deref())
         {
             let slab = &self.slab;
-            let named = self.by_request.find_entry(hash, |&(h, p)| {
-                h == hash
-                    && (p == place.0
-                        || slab
-                            .get(p)
-                            .is_some_and(|e| e.is_request(&entry.trace_id, id)))
+            let named = self.by_request.find_entry(hash, |&p| {
+                p == place.0
+                    || slab
+                        .get(p)
+                        .is_some_and(|e| e.is_request(&entry.trace_id, id))
             });
             if let Ok(named) = named {
                 named.remove();
