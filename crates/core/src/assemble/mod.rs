@@ -230,8 +230,42 @@ struct Group {
     /// The attempts' span ids once there are more than [`FEW_SPAN_IDS`].
     many_ids: Option<Box<FastSet<SpanId>>>,
     first_parent: Option<SpanId>,
-    bytes: usize,
-    origins: Option<Origins>,
+    /// Estimated; the byte budget takes a group long before 4 GiB (past it, it saturates).
+    bytes: u32,
+    origins: OriginRange,
+}
+
+/// [`Origins`] in 16 bytes, none as an empty range: every pending group keeps one, and an
+/// `Option<Origins>` takes 24.
+#[derive(Debug, Clone, Copy)]
+struct OriginRange {
+    min: u64,
+    max: u64,
+}
+
+impl Default for OriginRange {
+    fn default() -> Self {
+        OriginRange {
+            min: u64::MAX,
+            max: 0,
+        }
+    }
+}
+
+impl OriginRange {
+    fn add(&mut self, origin: Option<u64>) {
+        if let Some(origin) = origin {
+            self.min = self.min.min(origin);
+            self.max = self.max.max(origin);
+        }
+    }
+
+    fn get(self) -> Option<Origins> {
+        (self.min <= self.max).then_some(Origins {
+            min: self.min,
+            max: self.max,
+        })
+    }
 }
 
 /// The span ids of one request: a short list for the usual handful of attempts, a set past that
@@ -433,7 +467,7 @@ impl Grouper {
                 // One lookup both checks the pending group for a copy and finds (or makes) it.
                 // The key is cloned only into a new group.
                 let (place, group, new) = self.groups.find_or_insert(hash, &key, || Group {
-                    bytes: GROUP_OVERHEAD_BYTES,
+                    bytes: GROUP_OVERHEAD_BYTES as u32,
                     ..Group::default()
                 });
                 if !new && group.holds(&id) {
@@ -442,7 +476,9 @@ impl Grouper {
                 let first_parent = span.parent_span_id;
                 let attempt = PendingAttempt::pack(span, &key);
                 let bytes = attempt.retained_bytes();
-                group.bytes += bytes;
+                group.bytes = group
+                    .bytes
+                    .saturating_add(u32::try_from(bytes).unwrap_or(u32::MAX));
                 // A request has one to three attempts as a rule: grow by one at first, not to
                 // the four slots (two KiB) a first push reserves.
                 if group.attempts.len() == group.attempts.capacity() && group.attempts.len() < 8 {
@@ -454,7 +490,7 @@ impl Grouper {
                     } else {
                         0
                     };
-                group.origins = Origins::widen_optional(group.origins, origin.map(Origins::single));
+                group.origins.add(origin);
                 group.first_parent = group.first_parent.or(first_parent);
                 group.push(attempt);
                 let complete = Grouper::has_all_attempts(&self.logicals, &key, group);
@@ -663,7 +699,7 @@ impl Grouper {
             ..
         } = self.groups.remove(place)?;
         let key = &owned_key;
-        self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+        self.pending_bytes = self.pending_bytes.saturating_sub(bytes as usize);
         let mut attempts: Vec<SpanFacts> = packed.into_iter().map(|a| a.unpack(key)).collect();
         let mut logical = Grouper::logical_of(&self.logicals, key, first_parent)
             .and_then(|place| self.logicals.remove_at(place))
@@ -731,7 +767,7 @@ impl Grouper {
             evaluated,
             attempt_source,
             sources: Vec::new(),
-            origins,
+            origins: origins.get(),
         })
     }
 
@@ -954,7 +990,7 @@ impl Grouper {
         let groups = self
             .groups
             .iter()
-            .filter_map(|(_, p)| p.group.origins.map(|o| o.min));
+            .filter_map(|(_, p)| p.group.origins.get().map(|o| o.min));
         let logical = self.logicals.iter().filter_map(|l| l.origin);
         groups.chain(logical).min()
     }

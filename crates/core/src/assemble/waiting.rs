@@ -32,7 +32,8 @@ struct Entry {
     trace_id: TraceId,
     logical: WaitingLogical,
     span_hash: u64,
-    request_hash: Option<u64>,
+    /// Meaningful when the span has a request id.
+    request_hash: u64,
 }
 
 impl Entry {
@@ -120,7 +121,7 @@ impl WaitingLogicals {
             trace_id,
             logical,
             span_hash,
-            request_hash,
+            request_hash: request_hash.unwrap_or(0),
         });
         let slab = &self.slab;
         self.by_span.insert_unique(span_hash, place, |&p| {
@@ -133,9 +134,8 @@ impl WaitingLogicals {
             match found {
                 Some(named) => *named = place,
                 None => {
-                    self.by_request.insert_unique(hash, place, |&p| {
-                        slab.get(p).and_then(|e| e.request_hash).unwrap_or(0)
-                    });
+                    self.by_request
+                        .insert_unique(hash, place, |&p| slab.get(p).map_or(0, |e| e.request_hash));
                 }
             }
         }
@@ -147,9 +147,10 @@ impl WaitingLogicals {
         if let Ok(found) = self.by_span.find_entry(entry.span_hash, |&p| p == place.0) {
             found.remove();
         }
-        if let (Some(hash), Some(id)) =
-            (entry.request_hash, entry.logical.span.request_id.as_deref())
-        {
+        if let (Some(hash), Some(id)) = (
+            Some(entry.request_hash),
+            entry.logical.span.request_id.as_deref(),
+        ) {
             let slab = &self.slab;
             let named = self.by_request.find_entry(hash, |&p| {
                 p == place.0
