@@ -2039,7 +2039,7 @@ fn render(
         "Load: {} spans per run in requests of {} spans (~{:.0} KiB each), {} in flight over {} connection(s); collector on core {}, generator on core {}; medians of {} runs (min–max).",
         args.total_spans,
         load.spans_per_request,
-        build_pool(1, load.spans_per_request, true, false).map_or(0.0, |p| p[0].bytes.len() as f64 / 1024.0),
+        build_pool(1, load.spans_per_request, true, load.three_attempts).map_or(0.0, |p| p[0].bytes.len() as f64 / 1024.0),
         load.concurrency,
         load.connections,
         args.collector_core,

@@ -65,7 +65,7 @@ impl ShardBounds {
 /// When a pending group's wait ends (see [`Assembler`]'s `deadlines`).
 #[derive(Debug)]
 struct Deadline {
-    /// A [`Ticks`] time: every attempt touch queues one, and an `Instant` is twice as large.
+    /// A [`Ticks`] time: nearly every request queues one, and an `Instant` is twice as large.
     at: u64,
     seq: u64,
     /// Where the group was; its sequence number says whether it still is.
@@ -98,9 +98,11 @@ pub struct Assembler {
     plain: PlainHold,
     options: ShardBounds,
     /// Pending groups in the order their wait ends. Every span that touches a group appends
-    /// an entry (`now` never goes back and `group_wait` is fixed, so appending keeps the order);
-    /// an entry whose sequence number is no longer its group's latest is stale and skipped.
-    /// A queue, not an ordered map: touching a group is one push, not a removal and an insert.
+    /// an entry (`now` never goes back and `group_wait` is fixed, so appending keeps the order),
+    /// unless the last entry names the same group at the same time and takes the new sequence
+    /// number instead; an entry whose sequence number is no longer its group's latest is stale
+    /// and skipped. A queue, not an ordered map: touching a group is one push, not a removal
+    /// and an insert.
     deadlines: VecDeque<Deadline>,
     /// Logical spans in arrival order, so ones whose attempts never come are let go.
     logical_arrivals: VecDeque<(u64, TraceId, SpanId)>,

@@ -147,12 +147,9 @@ impl WaitingLogicals {
         if let Ok(found) = self.by_span.find_entry(entry.span_hash, |&p| p == place.0) {
             found.remove();
         }
-        if let (Some(hash), Some(id)) = (
-            Some(entry.request_hash),
-            entry.logical.span.request_id.as_deref(),
-        ) {
+        if let Some(id) = entry.logical.span.request_id.as_deref() {
             let slab = &self.slab;
-            let named = self.by_request.find_entry(hash, |&p| {
+            let named = self.by_request.find_entry(entry.request_hash, |&p| {
                 p == place.0
                     || slab
                         .get(p)
