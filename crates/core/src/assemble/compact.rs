@@ -11,21 +11,26 @@ use std::sync::Arc;
 
 use super::GroupKey;
 use crate::contract::{
-    CapturedAttributes, EnvelopeFields, HttpFacts, PackedCounts, SdkFacts, SpanFacts, SpanId,
-    SpanKind, Symbol, TraceId, UsageOrigin,
+    CapturedAttributes, Count, EnvelopeFields, HttpFacts, PackedCounts, SdkFacts, SpanFacts,
+    SpanId, SpanKind, Symbol, TraceId, UsageOrigin,
 };
 
+/// 128 bytes: one, two and three attempts fill mimalloc's 128-, 256- and 384-byte classes
+/// exactly. Values that do not fit the narrow fields (a parent other than the group's first, a
+/// count past `u32`, an index past `i16`) go to the boxed [`Rare`] facts.
 #[derive(Debug)]
 pub(super) struct PendingAttempt {
     span_id: SpanId,
-    /// Meaningful when `flags` has [`HAS_PARENT`].
-    parent_span_id: SpanId,
     start_time_unix_nano: u64,
     end_time_unix_nano: u64,
-    /// Input, cached input, cache write, output, output cap.
-    counts: PackedCounts<5>,
-    attempt_index: i32,
-    attempt_count: u32,
+    /// Input, cached input, cache write, output, output cap; see `count_kinds`.
+    counts: [u32; 5],
+    /// Meaningful when `flags` has [`HAS_INDEX`] and not [`WIDE_INDEX`].
+    attempt_index: i16,
+    /// Meaningful when `flags` has [`HAS_COUNT`] and not [`WIDE_INDEX`].
+    attempt_count: u16,
+    /// Two bits a count: [`COUNT_MISSING`], [`COUNT_VALUE`] or [`COUNT_OUT_OF_RANGE`].
+    count_kinds: u16,
     service_name: Symbol,
     envelope: Arc<EnvelopeFields>,
     request_model: Option<Symbol>,
@@ -53,11 +58,20 @@ struct Rare {
     http: Option<Box<HttpFacts>>,
     server_address: Option<Symbol>,
     resend_count: Option<i32>,
+    /// A parent other than the group's first attempt's.
+    parent_span_id: Option<SpanId>,
+    /// Counts when one does not fit a `u32`.
+    wide_counts: Option<PackedCounts<5>>,
+    /// `(attempt_index, attempt_count)` when one does not fit 16 bits.
+    wide_index: Option<(i32, u32)>,
 }
 
 impl Rare {
     fn is_empty(&self) -> bool {
         self.request_id.is_none()
+            && self.parent_span_id.is_none()
+            && self.wide_counts.is_none()
+            && self.wide_index.is_none()
             && self.envelope_json.is_none()
             && self.sdk.is_none()
             && self.captured.is_empty()
@@ -75,6 +89,40 @@ const REACHED: u16 = 1 << 4;
 const FAILED: u16 = 1 << 5;
 const STATUS_ERROR: u16 = 1 << 6;
 const DECLARED: u16 = 1 << 7;
+/// The counts are in [`Rare`].
+const WIDE_COUNTS: u16 = 1 << 9;
+/// The attempt index and count are in [`Rare`].
+const WIDE_INDEX: u16 = 1 << 10;
+
+const COUNT_MISSING: u16 = 0;
+const COUNT_VALUE: u16 = 1;
+const COUNT_OUT_OF_RANGE: u16 = 2;
+
+/// `counts` narrowed to `u32`s and their kinds; `None` when a value does not fit.
+fn narrow(counts: &[Count; 5]) -> Option<([u32; 5], u16)> {
+    let mut values = [0; 5];
+    let mut kinds = 0;
+    for (i, count) in counts.iter().enumerate() {
+        let kind = match *count {
+            Count::Missing => COUNT_MISSING,
+            Count::Value(v) => {
+                values[i] = u32::try_from(v).ok()?;
+                COUNT_VALUE
+            }
+            Count::OutOfRange => COUNT_OUT_OF_RANGE,
+        };
+        kinds |= kind << (2 * i);
+    }
+    Some((values, kinds))
+}
+
+fn widen(values: [u32; 5], kinds: u16) -> [Count; 5] {
+    std::array::from_fn(|i| match (kinds >> (2 * i)) & 0b11 {
+        COUNT_VALUE => Count::Value(i64::from(values[i])),
+        COUNT_OUT_OF_RANGE => Count::OutOfRange,
+        _ => Count::Missing,
+    })
+}
 
 fn flag(on: bool, bit: u16) -> u16 {
     if on {
@@ -85,8 +133,13 @@ fn flag(on: bool, bit: u16) -> u16 {
 }
 
 impl PendingAttempt {
-    /// `span` as its group `key` holds it; `key` is the span's own ([`GroupKey::of`]).
-    pub(super) fn pack(span: SpanFacts, key: &GroupKey) -> PendingAttempt {
+    /// `span` as its group `key` holds it; `key` is the span's own ([`GroupKey::of`]), and
+    /// `group_parent` the group's first attempt's parent, this one's included.
+    pub(super) fn pack(
+        span: SpanFacts,
+        key: &GroupKey,
+        group_parent: Option<SpanId>,
+    ) -> PendingAttempt {
         // Every field by name: a fact added to `SpanFacts` must be given a place here.
         let SpanFacts {
             trace_id: _,
@@ -123,13 +176,24 @@ impl PendingAttempt {
             resend_count,
             usage_origin,
         } = span;
-        let counts = PackedCounts::new([
+        let counts = [
             input_tokens,
             cached_input_tokens,
             cache_write_input_tokens,
             output_tokens,
             output_cap,
-        ]);
+        ];
+        let narrow_counts = narrow(&counts);
+        let narrow_index = match (
+            attempt_index.map(i16::try_from),
+            attempt_count.map(u16::try_from),
+        ) {
+            (Some(Err(_)), _) | (_, Some(Err(_))) => None,
+            (index, count) => Some((
+                index.and_then(Result::ok).unwrap_or_default(),
+                count.and_then(Result::ok).unwrap_or_default(),
+            )),
+        };
         let rare = Rare {
             // A request id grouped the span by it: the key holds the same text.
             request_id: request_id.filter(|_| !matches!(key, GroupKey::RequestId { .. })),
@@ -139,15 +203,25 @@ impl PendingAttempt {
             http,
             server_address,
             resend_count,
+            parent_span_id: parent_span_id.filter(|&parent| Some(parent) != group_parent),
+            wide_counts: narrow_counts.is_none().then(|| PackedCounts::new(counts)),
+            wide_index: narrow_index.is_none().then(|| {
+                (
+                    attempt_index.unwrap_or_default(),
+                    attempt_count.unwrap_or_default(),
+                )
+            }),
         };
+        let (narrow_values, count_kinds) = narrow_counts.unwrap_or_default();
+        let (narrow_attempt_index, narrow_attempt_count) = narrow_index.unwrap_or_default();
         PendingAttempt {
             span_id,
-            parent_span_id: parent_span_id.unwrap_or_default(),
             start_time_unix_nano,
             end_time_unix_nano,
-            counts,
-            attempt_index: attempt_index.unwrap_or_default(),
-            attempt_count: attempt_count.unwrap_or_default(),
+            counts: narrow_values,
+            attempt_index: narrow_attempt_index,
+            attempt_count: narrow_attempt_count,
+            count_kinds,
             service_name,
             envelope,
             request_model,
@@ -164,17 +238,17 @@ impl PendingAttempt {
                 | flag(output_reached_client == Some(true), REACHED)
                 | flag(failed, FAILED)
                 | flag(status_error, STATUS_ERROR)
-                | flag(declared, DECLARED),
+                | flag(declared, DECLARED)
+                | flag(narrow_counts.is_none(), WIDE_COUNTS)
+                | flag(narrow_index.is_none(), WIDE_INDEX),
             kind,
             usage_origin,
         }
     }
 
-    /// The facts [`PendingAttempt::pack`] was given, under the same `key`.
-    pub(super) fn unpack(self, key: &GroupKey) -> SpanFacts {
+    /// The facts [`PendingAttempt::pack`] was given, under the same `key` and `group_parent`.
+    pub(super) fn unpack(self, key: &GroupKey, group_parent: Option<SpanId>) -> SpanFacts {
         let has = |bit: u16| self.flags & bit != 0;
-        let [input_tokens, cached_input_tokens, cache_write_input_tokens, output_tokens, output_cap] =
-            self.counts.all();
         let Rare {
             request_id,
             envelope_json,
@@ -183,7 +257,17 @@ impl PendingAttempt {
             http,
             server_address,
             resend_count,
+            parent_span_id,
+            wide_counts,
+            wide_index,
         } = self.rare.map(|rare| *rare).unwrap_or_default();
+        let [input_tokens, cached_input_tokens, cache_write_input_tokens, output_tokens, output_cap] =
+            match wide_counts {
+                Some(wide) => wide.all(),
+                None => widen(self.counts, self.count_kinds),
+            };
+        let (attempt_index, attempt_count) =
+            wide_index.unwrap_or((i32::from(self.attempt_index), u32::from(self.attempt_count)));
         let request_id = match key {
             GroupKey::RequestId { request_id, .. } => Some(Arc::clone(request_id)),
             GroupKey::Parent { .. } | GroupKey::Single { .. } => request_id,
@@ -192,14 +276,16 @@ impl PendingAttempt {
         SpanFacts {
             trace_id,
             span_id: self.span_id,
-            parent_span_id: has(HAS_PARENT).then_some(self.parent_span_id),
+            parent_span_id: has(HAS_PARENT)
+                .then(|| parent_span_id.or(group_parent))
+                .flatten(),
             service_name: self.service_name,
             start_time_unix_nano: self.start_time_unix_nano,
             end_time_unix_nano: self.end_time_unix_nano,
             kind: self.kind,
             request_id,
-            attempt_index: has(HAS_INDEX).then_some(self.attempt_index),
-            attempt_count: has(HAS_COUNT).then_some(self.attempt_count),
+            attempt_index: has(HAS_INDEX).then_some(attempt_index),
+            attempt_count: has(HAS_COUNT).then_some(attempt_count),
             envelope: self.envelope,
             envelope_json,
             request_model: self.request_model,
@@ -263,13 +349,12 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::contract::Count;
 
     #[test]
     fn attempts_fit_the_allocators_size_classes() {
-        // mimalloc's classes run 160, 192, ..., 320, 384, 448, 512, 640: at 176 bytes an attempt
-        // one took 192, two 384 and three 640.
-        assert!(std::mem::size_of::<PendingAttempt>() <= 160);
+        // mimalloc's classes run 128, 160, 192, ..., 320, 384, 448, 512, 640: at 176 bytes an
+        // attempt one took 192, two 384 and three 640; at 160, three took 512.
+        assert!(std::mem::size_of::<PendingAttempt>() <= 128);
     }
 
     fn count() -> impl Strategy<Value = Count> {
@@ -277,6 +362,20 @@ mod tests {
             Just(Count::Missing),
             Just(Count::OutOfRange),
             any::<i64>().prop_map(Count::Value),
+            // Most counts fit the narrow field; its edges too.
+            (0..=i64::from(u32::MAX)).prop_map(Count::Value),
+            Just(Count::Value(i64::from(u32::MAX) + 1)),
+        ]
+    }
+
+    fn index_count() -> impl Strategy<Value = (Option<i32>, Option<u32>, Option<i32>)> {
+        prop_oneof![
+            any::<(Option<i32>, Option<u32>, Option<i32>)>(),
+            (
+                prop::option::of(-2..=i32::from(i16::MAX) + 1),
+                prop::option::of(0..=u32::from(u16::MAX) + 1),
+                any::<Option<i32>>(),
+            ),
         ]
     }
 
@@ -298,7 +397,7 @@ mod tests {
             times in any::<(u64, u64)>(),
             kind in kind(),
             request_id in prop::option::of("[a-z0-9-]{0,8}"),
-            index_count in any::<(Option<i32>, Option<u32>, Option<i32>)>(),
+            index_count in index_count(),
             counts in [count(), count(), count(), count(), count()],
             flags in any::<(Option<bool>, bool, bool, bool)>(),
             symbols in [symbol(), symbol(), symbol(), symbol(), symbol(), symbol(), symbol()],
@@ -360,12 +459,18 @@ mod tests {
 
     proptest! {
         #[test]
-        fn an_attempt_unpacks_to_the_facts_it_was_packed_from(span in facts()) {
+        fn an_attempt_unpacks_to_the_facts_it_was_packed_from(
+            span in facts(),
+            group_parent in any::<Option<[u8; 8]>>(),
+            groups_own in any::<bool>(),
+        ) {
             let Some(key) = GroupKey::of(&span) else {
                 return Err(TestCaseError::fail("an attempt kind has a key"));
             };
-            let packed = PendingAttempt::pack(span.clone(), &key);
-            prop_assert_eq!(packed.unpack(&key), span);
+            // As a rule the attempt's parent is its group's.
+            let group_parent = if groups_own { span.parent_span_id } else { group_parent };
+            let packed = PendingAttempt::pack(span.clone(), &key, group_parent);
+            prop_assert_eq!(packed.unpack(&key, group_parent), span);
         }
     }
 
@@ -377,7 +482,9 @@ mod tests {
         span.request_model = Some("gpt-4o".into());
         span.input_tokens = Count::Value(1200);
         let key = GroupKey::of(&span).expect("an attempt has a key");
-        let packed = PendingAttempt::pack(span, &key);
+        let parent = Some([7; 8]);
+        span.parent_span_id = parent;
+        let packed = PendingAttempt::pack(span, &key, parent);
         assert!(packed.rare.is_none());
         assert!(std::mem::size_of::<PendingAttempt>() < std::mem::size_of::<SpanFacts>());
     }

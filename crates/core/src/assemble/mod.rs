@@ -473,8 +473,8 @@ impl Grouper {
                 if !new && group.holds(&id) {
                     return Offered::not_held(Offer::Duplicate);
                 }
-                let first_parent = span.parent_span_id;
-                let attempt = PendingAttempt::pack(span, &key);
+                let first_parent = group.first_parent.or(span.parent_span_id);
+                let attempt = PendingAttempt::pack(span, &key, first_parent);
                 let bytes = attempt.retained_bytes();
                 group.bytes = group
                     .bytes
@@ -491,7 +491,7 @@ impl Grouper {
                         0
                     };
                 group.origins.add(origin);
-                group.first_parent = group.first_parent.or(first_parent);
+                group.first_parent = first_parent;
                 group.push(attempt);
                 let complete = Grouper::has_all_attempts(&self.logicals, &key, group);
                 if let Some(seq) = deadline_seq {
@@ -700,7 +700,10 @@ impl Grouper {
         } = self.groups.remove(place)?;
         let key = &owned_key;
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes as usize);
-        let mut attempts: Vec<SpanFacts> = packed.into_iter().map(|a| a.unpack(key)).collect();
+        let mut attempts: Vec<SpanFacts> = packed
+            .into_iter()
+            .map(|a| a.unpack(key, first_parent))
+            .collect();
         let mut logical = Grouper::logical_of(&self.logicals, key, first_parent)
             .and_then(|place| self.logicals.remove_at(place))
             .map(|l| {
