@@ -480,7 +480,7 @@ impl Grouper {
                     .bytes
                     .saturating_add(u32::try_from(bytes).unwrap_or(u32::MAX));
                 // A request has one to three attempts as a rule: grow by one at first, not to
-                // the four slots (two KiB) a first push reserves.
+                // the four slots (512 bytes) a first push reserves.
                 if group.attempts.len() == group.attempts.capacity() && group.attempts.len() < 8 {
                     group.attempts.reserve_exact(1);
                 }
