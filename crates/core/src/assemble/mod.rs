@@ -587,9 +587,7 @@ impl Grouper {
     /// [`Grouper::keys_for_logical`] for a logical span still held, by its ids.
     pub fn keys_for_logical_ids(&self, trace_id: TraceId, span_id: SpanId) -> LogicalKeys {
         match self.logicals.get(&trace_id, &span_id) {
-            Some(waiting) => {
-                Grouper::logical_keys(trace_id, span_id, waiting.span.request_id.as_ref())
-            }
+            Some(waiting) => Grouper::logical_keys(trace_id, span_id, waiting.request_id.as_ref()),
             None => LogicalKeys::default(),
         }
     }
@@ -671,7 +669,7 @@ impl Grouper {
         }
         Grouper::logical_of(logicals, key, group.first_parent)
             .and_then(|place| logicals.at(place))
-            .and_then(|l| l.span.attempt_count)
+            .and_then(|l| l.attempt_count)
             .is_some_and(|n| group.attempts.len() >= n as usize)
     }
 
@@ -994,7 +992,7 @@ impl Grouper {
             .groups
             .iter()
             .filter_map(|(_, p)| p.group.origins.get().map(|o| o.min));
-        let logical = self.logicals.iter().filter_map(|l| l.origin);
+        let logical = self.logicals.origins();
         groups.chain(logical).min()
     }
 

@@ -27,25 +27,34 @@ pub(super) struct WaitingLogical {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct LogicalPlace(u32);
 
+/// 160 bytes: the indexes' hashes are computed again where they are needed (a table that
+/// grows, a span that leaves) rather than kept, and no origin is [`NO_ORIGIN`], not an
+/// `Option`'s sixteen bytes.
 #[derive(Debug)]
 struct Entry {
     trace_id: TraceId,
-    logical: WaitingLogical,
-    span_hash: u64,
-    /// Meaningful when the span has a request id.
-    request_hash: u64,
+    span: ContextSpan,
+    origin: u64,
 }
+
+/// Origins are record numbers, which never reach it.
+const NO_ORIGIN: u64 = u64::MAX;
 
 impl Entry {
     fn is_request(&self, trace_id: &TraceId, request_id: &str) -> bool {
-        self.trace_id == *trace_id && self.logical.span.request_id.as_deref() == Some(request_id)
+        self.trace_id == *trace_id && self.span.request_id.as_deref() == Some(request_id)
+    }
+
+    fn origin(&self) -> Option<u64> {
+        (self.origin != NO_ORIGIN).then_some(self.origin)
     }
 }
 
 #[derive(Debug, Default)]
 pub(super) struct WaitingLogicals {
     /// Places by the hash of `(trace, span id)`. Both indexes hold places alone (four bytes,
-    /// not sixteen): the hashes are in the slab's entries, and every place indexed is held.
+    /// not sixteen): what they are keyed by is in the slab's entries, and every place indexed
+    /// is held.
     by_span: HashTable<u32>,
     /// The place of the latest logical span filed under each request id, by the hash of
     /// `(trace, request id)`: when one of that id leaves, so does the entry, whichever it names.
@@ -54,17 +63,17 @@ pub(super) struct WaitingLogicals {
     hasher: ahash::RandomState,
 }
 
+fn span_hash(hasher: &ahash::RandomState, trace_id: &TraceId, span_id: &SpanId) -> u64 {
+    hasher.hash_one((trace_id, span_id))
+}
+
+fn request_hash(hasher: &ahash::RandomState, trace_id: &TraceId, request_id: &str) -> u64 {
+    hasher.hash_one((trace_id, request_id))
+}
+
 impl WaitingLogicals {
     pub(super) fn len(&self) -> usize {
         self.by_span.len()
-    }
-
-    fn span_hash(&self, trace_id: &TraceId, span_id: &SpanId) -> u64 {
-        self.hasher.hash_one((trace_id, span_id))
-    }
-
-    fn request_hash(&self, trace_id: &TraceId, request_id: &str) -> u64 {
-        self.hasher.hash_one((trace_id, request_id))
     }
 
     fn entry(&self, place: u32) -> Option<&Entry> {
@@ -73,14 +82,11 @@ impl WaitingLogicals {
 
     /// Where the logical span `(trace_id, span_id)` waits.
     pub(super) fn place_of(&self, trace_id: &TraceId, span_id: &SpanId) -> Option<LogicalPlace> {
-        let hash = self.span_hash(trace_id, span_id);
+        let hash = span_hash(&self.hasher, trace_id, span_id);
         self.by_span
             .find(hash, |&place| {
-                self.entry(place).is_some_and(|e| {
-                    e.span_hash == hash
-                        && e.trace_id == *trace_id
-                        && e.logical.span.span_id == *span_id
-                })
+                self.entry(place)
+                    .is_some_and(|e| e.span.span_id == *span_id && e.trace_id == *trace_id)
             })
             .map(|&place| LogicalPlace(place))
     }
@@ -91,7 +97,7 @@ impl WaitingLogicals {
         trace_id: &TraceId,
         request_id: &str,
     ) -> Option<LogicalPlace> {
-        let hash = self.request_hash(trace_id, request_id);
+        let hash = request_hash(&self.hasher, trace_id, request_id);
         self.by_request
             .find(hash, |&place| {
                 self.entry(place)
@@ -100,42 +106,44 @@ impl WaitingLogicals {
             .map(|&place| LogicalPlace(place))
     }
 
-    pub(super) fn at(&self, place: LogicalPlace) -> Option<&WaitingLogical> {
-        self.entry(place.0).map(|e| &e.logical)
+    pub(super) fn at(&self, place: LogicalPlace) -> Option<&ContextSpan> {
+        self.entry(place.0).map(|e| &e.span)
     }
 
-    pub(super) fn get(&self, trace_id: &TraceId, span_id: &SpanId) -> Option<&WaitingLogical> {
+    pub(super) fn get(&self, trace_id: &TraceId, span_id: &SpanId) -> Option<&ContextSpan> {
         self.at(self.place_of(trace_id, span_id)?)
     }
 
     /// Files a logical span not waiting yet; it becomes the one its request id names.
     pub(super) fn insert(&mut self, trace_id: TraceId, logical: WaitingLogical) {
-        let span_hash = self.span_hash(&trace_id, &logical.span.span_id);
-        let request_hash = logical
-            .span
-            .request_id
-            .as_deref()
-            .map(|id| self.request_hash(&trace_id, id));
-        let request_id: Option<Arc<str>> = logical.span.request_id.clone();
+        let WaitingLogical { span, origin } = logical;
+        let hasher = &self.hasher;
+        let by_span = span_hash(hasher, &trace_id, &span.span_id);
+        let request_id: Option<Arc<str>> = span.request_id.clone();
         let (place, _) = self.slab.insert(Entry {
             trace_id,
-            logical,
-            span_hash,
-            request_hash: request_hash.unwrap_or(0),
+            span,
+            origin: origin.unwrap_or(NO_ORIGIN),
         });
         let slab = &self.slab;
-        self.by_span.insert_unique(span_hash, place, |&p| {
-            slab.get(p).map_or(0, |e| e.span_hash)
+        self.by_span.insert_unique(by_span, place, |&p| {
+            slab.get(p)
+                .map_or(0, |e| span_hash(hasher, &e.trace_id, &e.span.span_id))
         });
-        if let (Some(hash), Some(id)) = (request_hash, request_id.as_deref()) {
+        if let Some(id) = request_id.as_deref() {
+            let hash = request_hash(hasher, &trace_id, id);
             let found = self.by_request.find_mut(hash, |&p| {
                 slab.get(p).is_some_and(|e| e.is_request(&trace_id, id))
             });
             match found {
                 Some(named) => *named = place,
                 None => {
-                    self.by_request
-                        .insert_unique(hash, place, |&p| slab.get(p).map_or(0, |e| e.request_hash));
+                    self.by_request.insert_unique(hash, place, |&p| {
+                        slab.get(p).map_or(0, |e| {
+                            let id = e.span.request_id.as_deref().unwrap_or_default();
+                            request_hash(hasher, &e.trace_id, id)
+                        })
+                    });
                 }
             }
         }
@@ -144,12 +152,15 @@ impl WaitingLogicals {
     /// Takes the logical span at `place` out of the slab and both indexes.
     pub(super) fn remove_at(&mut self, place: LogicalPlace) -> Option<WaitingLogical> {
         let entry = self.slab.remove(place.0)?;
-        if let Ok(found) = self.by_span.find_entry(entry.span_hash, |&p| p == place.0) {
+        let hasher = &self.hasher;
+        let by_span = span_hash(hasher, &entry.trace_id, &entry.span.span_id);
+        if let Ok(found) = self.by_span.find_entry(by_span, |&p| p == place.0) {
             found.remove();
         }
-        if let Some(id) = entry.logical.span.request_id.as_deref() {
+        if let Some(id) = entry.span.request_id.as_deref() {
             let slab = &self.slab;
-            let named = self.by_request.find_entry(entry.request_hash, |&p| {
+            let hash = request_hash(hasher, &entry.trace_id, id);
+            let named = self.by_request.find_entry(hash, |&p| {
                 p == place.0
                     || slab
                         .get(p)
@@ -159,7 +170,11 @@ impl WaitingLogicals {
                 named.remove();
             }
         }
-        Some(entry.logical)
+        let origin = entry.origin();
+        Some(WaitingLogical {
+            span: entry.span,
+            origin,
+        })
     }
 
     pub(super) fn remove(
@@ -171,8 +186,9 @@ impl WaitingLogicals {
         self.remove_at(place)
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = &WaitingLogical> {
-        self.slab.iter().map(|(_, e)| &e.logical)
+    /// The origins of the logical spans waiting.
+    pub(super) fn origins(&self) -> impl Iterator<Item = u64> + '_ {
+        self.slab.iter().filter_map(|(_, e)| e.origin())
     }
 }
 
@@ -196,10 +212,15 @@ mod tests {
     }
 
     fn span_at(logicals: &WaitingLogicals, place: Option<LogicalPlace>) -> Option<u8> {
-        Some(logicals.at(place?)?.span.span_id[0])
+        Some(logicals.at(place?)?.span_id[0])
     }
 
     const TRACE: TraceId = [1; 16];
+
+    #[test]
+    fn an_entry_keeps_no_hashes_and_no_option_of_its_origin() {
+        assert!(std::mem::size_of::<Entry>() <= std::mem::size_of::<ContextSpan>() + 24);
+    }
 
     #[test]
     fn the_request_id_names_the_latest_and_leaves_with_any_span_of_that_id() {
@@ -255,7 +276,7 @@ mod tests {
             span_at(&logicals, logicals.place_of(&TRACE, &[2; 8])),
             Some(2)
         );
-        let mut origins: Vec<u64> = logicals.iter().filter_map(|l| l.origin).collect();
+        let mut origins: Vec<u64> = logicals.origins().collect();
         origins.sort_unstable();
         assert_eq!(origins, [2, 3]);
     }
