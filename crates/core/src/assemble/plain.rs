@@ -33,7 +33,6 @@ struct Held {
     plain: Option<Box<HeldPlain>>,
     /// In [`Ticks`].
     last_seen: u64,
-    bytes: usize,
 }
 
 const INLINE_LINKS: usize = 4;
@@ -47,11 +46,20 @@ struct HeldPlain {
     ids: FastSet<SpanId>,
     /// Where the plain spans came from: inference consumes them all at once.
     origins: Option<Origins>,
+    /// Estimated bytes of the spans held in full, beside their links.
+    bytes: usize,
 }
 
 impl Held {
     fn inferable(&self) -> bool {
         self.plain.as_ref().is_some_and(|p| p.spans.inferable())
+    }
+
+    /// Estimated bytes the trace holds: derived, not kept, as every trace has a slot.
+    fn bytes(&self) -> usize {
+        TRACE_OVERHEAD_BYTES
+            + self.links.len() * LINK_BYTES
+            + self.plain.as_ref().map_or(0, |plain| plain.bytes)
     }
 }
 
@@ -234,14 +242,13 @@ impl PlainHold {
         let bytes = match span.kind {
             SpanKind::HttpTry => TRY_BYTES,
             _ => span.retained_bytes(),
-        } + LINK_BYTES
-            + 16;
-        held.bytes += bytes;
+        } + 16;
+        plain.bytes += bytes;
         plain.origins = Origins::widen_optional(plain.origins, origin.map(Origins::single));
         let first_model = span.kind == SpanKind::SingleAttempt && !plain.spans.inferable();
         held.links.push(Link::of(&span));
         plain.spans.push_unlinked(span);
-        self.bytes += bytes;
+        self.bytes += bytes + LINK_BYTES;
         if first_model {
             self.with_models += 1;
         }
@@ -253,7 +260,6 @@ impl PlainHold {
     pub(super) fn note_link(&mut self, span: &SpanFacts, now: Instant) {
         let held = self.held(span.trace_id, now);
         held.links.push(Link::of(span));
-        held.bytes += LINK_BYTES;
         self.bytes += LINK_BYTES;
     }
 
@@ -266,7 +272,6 @@ impl PlainHold {
                 links: SmallVec::new(),
                 plain: None,
                 last_seen: now,
-                bytes: TRACE_OVERHEAD_BYTES,
             }
         });
         held.last_seen = held.last_seen.max(now);
@@ -357,7 +362,7 @@ impl PlainHold {
     }
 
     fn infer(&mut self, trace_id: TraceId, held: Held, ready: &mut Ready) {
-        self.bytes = self.bytes.saturating_sub(held.bytes);
+        self.bytes = self.bytes.saturating_sub(held.bytes());
         let Held { links, plain, .. } = held;
         // A trace of declared spans alone: nothing to infer, nothing consumed.
         let Some(plain) = plain else {
@@ -367,6 +372,7 @@ impl PlainHold {
             mut spans,
             ids,
             origins,
+            ..
         } = *plain;
         ready.consumed_origins = Origins::widen_optional(ready.consumed_origins, origins);
         ready
@@ -424,7 +430,6 @@ mod tests {
             links: SmallVec::new(),
             plain: None,
             last_seen: now,
-            bytes: 0,
         }
     }
 
@@ -434,14 +439,28 @@ mod tests {
         id
     }
 
-    fn bytes_of(traces: &HeldTraces, n: u32) -> Option<usize> {
+    /// How many spans the trace's slot has taken (see [`add`]).
+    fn spans_of(traces: &HeldTraces, n: u32) -> Option<usize> {
         let id = trace(n);
         let seq = traces.find(traces.hasher.hash_one(id), &id)?;
-        Some(traces.queue.get(seq)?.held.bytes)
+        Some(traces.queue.get(seq)?.held.links.len())
     }
 
     fn add(traces: &mut HeldTraces, n: u32, now: u64) {
-        traces.get_or_insert(trace(n), now, || held(now)).bytes += 1;
+        traces
+            .get_or_insert(trace(n), now, || held(now))
+            .links
+            .push(Link {
+                span_id: [0; 8],
+                parent: None,
+                declared: false,
+            });
+    }
+
+    #[test]
+    fn a_slot_of_declared_spans_is_its_id_times_and_four_links_inline() {
+        // Every trace gets a slot: 16 + 8 + 8 + 8 bytes and the links (four of 18 bytes).
+        assert!(std::mem::size_of::<Slot>() <= 120);
     }
 
     #[test]
@@ -458,11 +477,11 @@ mod tests {
         }
         for n in 0..total {
             let expected = (n >= total - 10).then_some(2);
-            assert_eq!(bytes_of(&traces, n), expected, "trace {n}");
+            assert_eq!(spans_of(&traces, n), expected, "trace {n}");
         }
         // A trace that left and comes again is a new entry, at the back.
         add(&mut traces, 0, now);
-        assert_eq!(bytes_of(&traces, 0), Some(1));
+        assert_eq!(spans_of(&traces, 0), Some(1));
         assert_eq!(
             traces.queue.iter().last().map(|slot| slot.trace_id),
             Some(trace(0))
@@ -493,12 +512,12 @@ mod tests {
             traces.queue.iter().last().map(|slot| slot.queued),
             Some(later)
         );
-        assert_eq!(bytes_of(&traces, 0), Some(1));
+        assert_eq!(spans_of(&traces, 0), Some(1));
         let drained: Vec<TraceId> = traces.drain().iter().map(|slot| slot.trace_id).collect();
         assert_eq!(drained, [trace(1), trace(2), trace(0)]);
-        assert!((0..3).all(|n| bytes_of(&traces, n).is_none()));
+        assert!((0..3).all(|n| spans_of(&traces, n).is_none()));
         add(&mut traces, 2, t0);
-        assert_eq!(bytes_of(&traces, 2), Some(1));
+        assert_eq!(spans_of(&traces, 2), Some(1));
         assert_eq!(traces.front().map(|slot| slot.trace_id), Some(trace(2)));
     }
 }
