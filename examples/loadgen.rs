@@ -1311,6 +1311,26 @@ impl Pinned {
     }
 }
 
+/// A server that stopped before it listened: most often a port [`free_port`] handed out was
+/// taken by another socket before the server bound it, so the run is started again.
+#[derive(Debug)]
+struct ExitedBeforeListening {
+    status: std::process::ExitStatus,
+    addr: SocketAddr,
+}
+
+impl std::fmt::Display for ExitedBeforeListening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the collector exited with {} before listening on {}",
+            self.status, self.addr
+        )
+    }
+}
+
+impl std::error::Error for ExitedBeforeListening {}
+
 fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -1322,7 +1342,7 @@ fn wait_for_port(addr: SocketAddr, child: &mut Child) -> anyhow::Result<()> {
             return Ok(());
         }
         if let Some(status) = child.try_wait()? {
-            bail!("the collector exited with {status} before listening on {addr}");
+            return Err(ExitedBeforeListening { status, addr }.into());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -1516,8 +1536,27 @@ impl Bench {
         self.args.collector_core + 1
     }
 
-    /// Starts `setup`, sends `spans` with `load`, stops it; returns the sample.
+    /// Starts `setup`, sends `spans` with `load`, stops it; returns the sample. A server that
+    /// exits before it listens is started again on fresh ports, twice at most.
     fn measure(&mut self, config: &Config, load: &LoadArgs, spans: u64) -> anyhow::Result<Sample> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.measure_once(config, load, spans) {
+                Err(e) if tries < 3 && e.is::<ExitedBeforeListening>() => {
+                    eprintln!("  {e}; starting it again on other ports");
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn measure_once(
+        &mut self,
+        config: &Config,
+        load: &LoadArgs,
+        spans: u64,
+    ) -> anyhow::Result<Sample> {
         self.run_number += 1;
         let dir = self
             .work

@@ -247,6 +247,35 @@ mod tests {
     }
 
     #[test]
+    fn both_indexes_find_every_span_after_their_tables_grow_and_spans_leave() {
+        // The tables rehash from the slab (no hash is kept): grow them well past their first
+        // size, take every other span out, and look every one up.
+        let mut logicals = WaitingLogicals::default();
+        let trace = |n: u32| {
+            let mut id = [0; 16];
+            id[..4].copy_from_slice(&n.to_be_bytes());
+            id
+        };
+        let request = |n: u32| format!("req-{n}");
+        for n in 0..2000u32 {
+            let mut waiting = logical(0, Some(&request(n)));
+            waiting.span.span_id = [(n % 251) as u8; 8];
+            logicals.insert(trace(n), waiting);
+        }
+        for n in (0..2000u32).step_by(2) {
+            assert!(logicals.remove(&trace(n), &[(n % 251) as u8; 8]).is_some());
+        }
+        for n in 0..2000u32 {
+            let held = n % 2 == 1;
+            let by_span = logicals.place_of(&trace(n), &[(n % 251) as u8; 8]);
+            let by_request = logicals.place_of_request(&trace(n), &request(n));
+            assert_eq!(by_span.is_some(), held, "span of {n}");
+            assert_eq!(by_request, by_span, "request of {n}");
+        }
+        assert_eq!(logicals.len(), 1000);
+    }
+
+    #[test]
     fn a_freed_place_is_reused_and_the_indexes_name_only_what_is_there() {
         let mut logicals = WaitingLogicals::default();
         logicals.insert(TRACE, logical(1, Some("r")));
