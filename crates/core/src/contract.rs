@@ -152,41 +152,44 @@ pub enum SpanKind {
     Passthrough,
 }
 
-/// `N` counts in 8 bytes each and two bits more: a [`Count`] alone takes 16, and held spans
-/// keep four or five of them (BENCHMARKS.md, issue 18, seventeenth pass). Aligned to 4 bytes,
-/// so the two bytes of kinds share a word with the holder's small fields: a pending attempt
-/// takes 168 bytes, not 176, and three of them fit an allocator's 512-byte class, not its
-/// 640-byte one.
+/// `N` counts in 8 bytes each (or narrower values, `V`) and two bits more: a [`Count`] alone
+/// takes 16, and held spans keep four or five of them (BENCHMARKS.md, issue 18, seventeenth
+/// pass). Aligned to 4 bytes, so the two bytes of kinds share a word with the holder's small
+/// fields: a [`ContextSpan`](crate::assemble::summary::ContextSpan) takes 136 bytes, not 144. A
+/// pending attempt keeps its counts as `u32`s (`PackedCounts<5, u32>`, 24 bytes), the rare
+/// wider ones as `i64`s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(C, packed(4))]
-pub struct PackedCounts<const N: usize> {
-    values: [i64; N],
+pub struct PackedCounts<const N: usize, V = i64> {
+    values: [V; N],
     /// Two bits a count: [`PackedCounts::MISSING`], `VALUE` or `OUT_OF_RANGE`.
     kinds: u16,
 }
 
-impl<const N: usize> Default for PackedCounts<N> {
+impl<const N: usize, V: Copy + Default> Default for PackedCounts<N, V> {
     fn default() -> Self {
-        PackedCounts::new([Count::Missing; N])
+        // Every count missing.
+        PackedCounts {
+            values: [V::default(); N],
+            kinds: 0,
+        }
     }
 }
 
-impl<const N: usize> PackedCounts<N> {
+impl<const N: usize, V: Copy + Default + TryFrom<i64> + Into<i64>> PackedCounts<N, V> {
     const MISSING: u16 = 0;
     const VALUE: u16 = 1;
     const OUT_OF_RANGE: u16 = 2;
 
-    pub fn new(counts: [Count; N]) -> PackedCounts<N> {
+    /// `counts` packed; `None` when a value does not fit `V`.
+    pub fn try_new(counts: [Count; N]) -> Option<PackedCounts<N, V>> {
         // Two bits a count in a `u16`.
         const { assert!(N <= 8) };
-        let mut packed = PackedCounts {
-            values: [0; N],
-            kinds: 0,
-        };
+        let mut packed = PackedCounts::default();
         for (i, count) in counts.into_iter().enumerate() {
-            packed.set(i, count);
+            packed.try_set(i, count)?;
         }
-        packed
+        Some(packed)
     }
 
     /// Count `i`; `Missing` past the last.
@@ -194,30 +197,52 @@ impl<const N: usize> PackedCounts<N> {
         // Fields of a packed struct are read by copy, never by reference.
         let values = self.values;
         match (self.kinds >> (2 * i)) & 0b11 {
-            Self::VALUE => values.get(i).map_or(Count::Missing, |&v| Count::Value(v)),
+            Self::VALUE => values
+                .get(i)
+                .map_or(Count::Missing, |&v| Count::Value(v.into())),
             Self::OUT_OF_RANGE => Count::OutOfRange,
             _ => Count::Missing,
         }
     }
 
-    /// Sets count `i`; past the last, nothing.
-    pub fn set(&mut self, i: usize, count: Count) {
+    /// Sets count `i` (past the last, nothing); `None`, setting nothing, when its value does
+    /// not fit `V`.
+    pub fn try_set(&mut self, i: usize, count: Count) -> Option<()> {
         let mut values = self.values;
         let Some(value) = values.get_mut(i) else {
-            return;
+            return Some(());
         };
         let (v, kind) = match count {
-            Count::Missing => (0, Self::MISSING),
-            Count::Value(v) => (v, Self::VALUE),
-            Count::OutOfRange => (0, Self::OUT_OF_RANGE),
+            Count::Missing => (V::default(), Self::MISSING),
+            Count::Value(v) => (V::try_from(v).ok()?, Self::VALUE),
+            Count::OutOfRange => (V::default(), Self::OUT_OF_RANGE),
         };
         *value = v;
         self.values = values;
         self.kinds = (self.kinds & !(0b11 << (2 * i))) | (kind << (2 * i));
+        Some(())
     }
 
     pub fn all(&self) -> [Count; N] {
         std::array::from_fn(|i| self.get(i))
+    }
+}
+
+impl<const N: usize> PackedCounts<N> {
+    pub fn new(counts: [Count; N]) -> PackedCounts<N> {
+        // Two bits a count in a `u16`.
+        const { assert!(N <= 8) };
+        let mut packed = PackedCounts::default();
+        for (i, count) in counts.into_iter().enumerate() {
+            packed.set(i, count);
+        }
+        packed
+    }
+
+    /// Sets count `i`; past the last, nothing.
+    pub fn set(&mut self, i: usize, count: Count) {
+        // Every count's value fits an `i64`.
+        let _ = self.try_set(i, count);
     }
 }
 

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use super::GroupKey;
 use crate::contract::{
-    CapturedAttributes, Count, EnvelopeFields, HttpFacts, PackedCounts, SdkFacts, SpanFacts,
-    SpanId, SpanKind, Symbol, TraceId, UsageOrigin,
+    CapturedAttributes, EnvelopeFields, HttpFacts, PackedCounts, SdkFacts, SpanFacts, SpanId,
+    SpanKind, Symbol, TraceId, UsageOrigin,
 };
 
 /// 128 bytes: one, two and three attempts fill mimalloc's 128-, 256- and 384-byte classes
@@ -23,14 +23,13 @@ pub(super) struct PendingAttempt {
     span_id: SpanId,
     start_time_unix_nano: u64,
     end_time_unix_nano: u64,
-    /// Input, cached input, cache write, output, output cap; see `count_kinds`.
-    counts: [u32; 5],
+    /// Input, cached input, cache write, output, output cap; all missing when they are
+    /// [`WIDE_COUNTS`].
+    counts: PackedCounts<5, u32>,
     /// Meaningful when `flags` has [`HAS_INDEX`] and not [`WIDE_INDEX`].
     attempt_index: i16,
     /// Meaningful when `flags` has [`HAS_COUNT`] and not [`WIDE_INDEX`].
     attempt_count: u16,
-    /// Two bits a count: [`COUNT_MISSING`], [`COUNT_VALUE`] or [`COUNT_OUT_OF_RANGE`].
-    count_kinds: u16,
     service_name: Symbol,
     envelope: Arc<EnvelopeFields>,
     request_model: Option<Symbol>,
@@ -94,36 +93,6 @@ const WIDE_COUNTS: u16 = 1 << 9;
 /// The attempt index and count are in [`Rare`].
 const WIDE_INDEX: u16 = 1 << 10;
 
-const COUNT_MISSING: u16 = 0;
-const COUNT_VALUE: u16 = 1;
-const COUNT_OUT_OF_RANGE: u16 = 2;
-
-/// `counts` narrowed to `u32`s and their kinds; `None` when a value does not fit.
-fn narrow(counts: &[Count; 5]) -> Option<([u32; 5], u16)> {
-    let mut values = [0; 5];
-    let mut kinds = 0;
-    for (i, count) in counts.iter().enumerate() {
-        let kind = match *count {
-            Count::Missing => COUNT_MISSING,
-            Count::Value(v) => {
-                values[i] = u32::try_from(v).ok()?;
-                COUNT_VALUE
-            }
-            Count::OutOfRange => COUNT_OUT_OF_RANGE,
-        };
-        kinds |= kind << (2 * i);
-    }
-    Some((values, kinds))
-}
-
-fn widen(values: [u32; 5], kinds: u16) -> [Count; 5] {
-    std::array::from_fn(|i| match (kinds >> (2 * i)) & 0b11 {
-        COUNT_VALUE => Count::Value(i64::from(values[i])),
-        COUNT_OUT_OF_RANGE => Count::OutOfRange,
-        _ => Count::Missing,
-    })
-}
-
 fn flag(on: bool, bit: u16) -> u16 {
     if on {
         bit
@@ -183,7 +152,7 @@ impl PendingAttempt {
             output_tokens,
             output_cap,
         ];
-        let narrow_counts = narrow(&counts);
+        let narrow_counts = PackedCounts::<5, u32>::try_new(counts);
         let narrow_index = match (
             attempt_index.map(i16::try_from),
             attempt_count.map(u16::try_from),
@@ -212,16 +181,14 @@ impl PendingAttempt {
                 )
             }),
         };
-        let (narrow_values, count_kinds) = narrow_counts.unwrap_or_default();
         let (narrow_attempt_index, narrow_attempt_count) = narrow_index.unwrap_or_default();
         PendingAttempt {
             span_id,
             start_time_unix_nano,
             end_time_unix_nano,
-            counts: narrow_values,
+            counts: narrow_counts.unwrap_or_default(),
             attempt_index: narrow_attempt_index,
             attempt_count: narrow_attempt_count,
-            count_kinds,
             service_name,
             envelope,
             request_model,
@@ -264,7 +231,7 @@ impl PendingAttempt {
         let [input_tokens, cached_input_tokens, cache_write_input_tokens, output_tokens, output_cap] =
             match wide_counts {
                 Some(wide) => wide.all(),
-                None => widen(self.counts, self.count_kinds),
+                None => self.counts.all(),
             };
         let (attempt_index, attempt_count) =
             wide_index.unwrap_or((i32::from(self.attempt_index), u32::from(self.attempt_count)));
@@ -349,6 +316,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::contract::Count;
 
     #[test]
     fn attempts_fit_the_allocators_size_classes() {

@@ -851,3 +851,25 @@ fn packed_counts_give_back_what_was_set_last() {
     assert_eq!(counts.get(3), Count::Missing, "past the last");
     assert!(std::mem::size_of::<PackedCounts<4>>() < 4 * std::mem::size_of::<Count>());
 }
+
+#[test]
+fn narrow_packed_counts_take_what_fits_their_values_and_refuse_the_rest() {
+    let fits = [
+        Count::Value(0),
+        Count::Value(i64::from(u32::MAX)),
+        Count::OutOfRange,
+        Count::Missing,
+    ];
+    let narrow = PackedCounts::<4, u32>::try_new(fits);
+    assert_eq!(narrow.map(|c| c.all()), Some(fits));
+    for wide in [Count::Value(-1), Count::Value(i64::from(u32::MAX) + 1)] {
+        assert_eq!(
+            PackedCounts::<4, u32>::try_new([Count::Missing, wide, Count::Missing, Count::Missing]),
+            None
+        );
+    }
+    let mut counts = PackedCounts::<2, u32>::default();
+    assert_eq!(counts.try_set(0, Count::Value(-1)), None);
+    assert_eq!(counts.all(), [Count::Missing; 2], "nothing set");
+    assert!(std::mem::size_of::<PackedCounts<5, u32>>() <= 24);
+}
