@@ -1313,23 +1313,12 @@ impl Pinned {
 
 /// A server that stopped before it listened: most often a port [`free_port`] handed out was
 /// taken by another socket before the server bound it, so the run is started again.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("the collector exited with {status} before listening on {addr}")]
 struct ExitedBeforeListening {
     status: std::process::ExitStatus,
     addr: SocketAddr,
 }
-
-impl std::fmt::Display for ExitedBeforeListening {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the collector exited with {} before listening on {}",
-            self.status, self.addr
-        )
-    }
-}
-
-impl std::error::Error for ExitedBeforeListening {}
 
 fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())

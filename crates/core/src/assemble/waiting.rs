@@ -48,6 +48,17 @@ impl Entry {
     fn origin(&self) -> Option<u64> {
         (self.origin != NO_ORIGIN).then_some(self.origin)
     }
+
+    /// The hash `by_span` files it under.
+    fn span_hash(&self, hasher: &ahash::RandomState) -> u64 {
+        span_hash(hasher, &self.trace_id, &self.span.span_id)
+    }
+
+    /// The hash `by_request` files it under, when it has a request id.
+    fn request_hash(&self, hasher: &ahash::RandomState) -> Option<u64> {
+        let id = self.span.request_id.as_deref()?;
+        Some(request_hash(hasher, &self.trace_id, id))
+    }
 }
 
 #[derive(Debug, Default)]
@@ -118,31 +129,30 @@ impl WaitingLogicals {
     pub(super) fn insert(&mut self, trace_id: TraceId, logical: WaitingLogical) {
         let WaitingLogical { span, origin } = logical;
         let hasher = &self.hasher;
-        let by_span = span_hash(hasher, &trace_id, &span.span_id);
         let request_id: Option<Arc<str>> = span.request_id.clone();
-        let (place, _) = self.slab.insert(Entry {
+        let entry = Entry {
             trace_id,
             span,
             origin: origin.unwrap_or(NO_ORIGIN),
-        });
+        };
+        let (by_span, by_request) = (entry.span_hash(hasher), entry.request_hash(hasher));
+        let (place, _) = self.slab.insert(entry);
         let slab = &self.slab;
         self.by_span.insert_unique(by_span, place, |&p| {
-            slab.get(p)
-                .map_or(0, |e| span_hash(hasher, &e.trace_id, &e.span.span_id))
+            slab.get(p).map_or(0, |e| e.span_hash(hasher))
         });
-        if let Some(id) = request_id.as_deref() {
-            let hash = request_hash(hasher, &trace_id, id);
+        if let (Some(hash), Some(id)) = (by_request, request_id.as_deref()) {
             let found = self.by_request.find_mut(hash, |&p| {
                 slab.get(p).is_some_and(|e| e.is_request(&trace_id, id))
             });
             match found {
                 Some(named) => *named = place,
                 None => {
+                    // Only spans with a request id are filed here.
                     self.by_request.insert_unique(hash, place, |&p| {
-                        slab.get(p).map_or(0, |e| {
-                            let id = e.span.request_id.as_deref().unwrap_or_default();
-                            request_hash(hasher, &e.trace_id, id)
-                        })
+                        slab.get(p)
+                            .and_then(|e| e.request_hash(hasher))
+                            .unwrap_or(0)
                     });
                 }
             }
@@ -153,13 +163,16 @@ impl WaitingLogicals {
     pub(super) fn remove_at(&mut self, place: LogicalPlace) -> Option<WaitingLogical> {
         let entry = self.slab.remove(place.0)?;
         let hasher = &self.hasher;
-        let by_span = span_hash(hasher, &entry.trace_id, &entry.span.span_id);
-        if let Ok(found) = self.by_span.find_entry(by_span, |&p| p == place.0) {
+        if let Ok(found) = self
+            .by_span
+            .find_entry(entry.span_hash(hasher), |&p| p == place.0)
+        {
             found.remove();
         }
-        if let Some(id) = entry.span.request_id.as_deref() {
+        if let (Some(hash), Some(id)) =
+            (entry.request_hash(hasher), entry.span.request_id.as_deref())
+        {
             let slab = &self.slab;
-            let hash = request_hash(hasher, &entry.trace_id, id);
             let named = self.by_request.find_entry(hash, |&p| {
                 p == place.0
                     || slab
