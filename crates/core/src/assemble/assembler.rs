@@ -210,7 +210,7 @@ impl Assembler {
             (Offer::Attempt(_), None) => self.enforce_cap(ready),
             (Offer::Logical, _) => {
                 if let Some((keys, trace_id, span_id)) = logical_keys {
-                    if self.grouper.holds_logical(trace_id, span_id) {
+                    if offered.waiting {
                         let arrived = self.ticks.of(now);
                         self.logical_arrivals
                             .push_back((arrived, trace_id, span_id));

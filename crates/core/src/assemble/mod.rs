@@ -389,6 +389,9 @@ pub(super) struct Offered {
     pub(super) place: Option<Place>,
     /// That group has all its attempts ([`Grouper::is_complete`]).
     pub(super) complete: bool,
+    /// A logical span now waits for its attempts ([`Grouper::holds_logical`]), rather than
+    /// joining a request already evaluated.
+    pub(super) waiting: bool,
 }
 
 impl Offered {
@@ -397,6 +400,7 @@ impl Offered {
             offer,
             place: None,
             complete: false,
+            waiting: false,
         }
     }
 }
@@ -449,7 +453,13 @@ impl Grouper {
     ) -> Offered {
         let offer = match span.kind {
             SpanKind::Passthrough | SpanKind::HttpTry | SpanKind::CallSpan => Offer::Passthrough,
-            SpanKind::LogicalRequest => self.offer_logical(span, origin),
+            SpanKind::LogicalRequest => {
+                let (offer, waiting) = self.offer_logical(span, origin);
+                return Offered {
+                    waiting,
+                    ..Offered::not_held(offer)
+                };
+            }
             SpanKind::Attempt | SpanKind::SingleAttempt | SpanKind::DeclaredSingle => {
                 let Some(key) = GroupKey::of(&span) else {
                     return Offered::not_held(Offer::Passthrough);
@@ -501,6 +511,7 @@ impl Grouper {
                     offer: Offer::Attempt(key),
                     place: Some(place),
                     complete,
+                    waiting: false,
                 };
             }
         };
@@ -527,12 +538,13 @@ impl Grouper {
         offered
     }
 
-    fn offer_logical(&mut self, span: SpanFacts, origin: Option<u64>) -> Offer {
+    /// What became of a logical span, and whether it now waits for its attempts.
+    fn offer_logical(&mut self, span: SpanFacts, origin: Option<u64>) -> (Offer, bool) {
         let id = (span.trace_id, span.span_id);
         if self.logicals.place_of(&id.0, &id.1).is_some()
             || self.finished.holds_logical(&span.trace_id, &span.span_id)
         {
-            return Offer::Duplicate;
+            return (Offer::Duplicate, false);
         }
         // Its request was already evaluated without it: keep it for late retries' envelope.
         if let Some(seq) = self.finished_seq_for_logical(&span) {
@@ -545,14 +557,14 @@ impl Grouper {
                     self.finished_bytes += bytes;
                     self.finished_changes += 1;
                     self.finished.add_logical_id(seq, id.1);
-                    return Offer::Logical;
+                    return (Offer::Logical, false);
                 }
             }
         }
         let span = ContextSpan::of_logical(span);
         self.pending_bytes += span.retained_bytes();
         self.logicals.insert(id.0, WaitingLogical { span, origin });
-        Offer::Logical
+        (Offer::Logical, true)
     }
 
     /// The finished request a logical span belongs to.
@@ -666,6 +678,9 @@ impl Grouper {
             || group.attempts.len() >= MAX_ATTEMPTS_PER_REQUEST
         {
             return true;
+        }
+        if !logicals.any_counted() {
+            return false;
         }
         Grouper::logical_of(logicals, key, group.first_parent)
             .and_then(|place| logicals.at(place))

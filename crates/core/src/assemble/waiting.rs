@@ -72,6 +72,9 @@ pub(super) struct WaitingLogicals {
     by_request: HashTable<u32>,
     slab: Slab<Entry>,
     hasher: ahash::RandomState,
+    /// Waiting spans that name an attempt count. SDKs rarely set one: while none waits, no
+    /// pending group can be complete by count, and an attempt needs no lookup to know it.
+    counted: usize,
 }
 
 fn span_hash(hasher: &ahash::RandomState, trace_id: &TraceId, span_id: &SpanId) -> u64 {
@@ -85,6 +88,11 @@ fn request_hash(hasher: &ahash::RandomState, trace_id: &TraceId, request_id: &st
 impl WaitingLogicals {
     pub(super) fn len(&self) -> usize {
         self.by_span.len()
+    }
+
+    /// Whether any waiting logical span names an attempt count.
+    pub(super) fn any_counted(&self) -> bool {
+        self.counted > 0
     }
 
     fn entry(&self, place: u32) -> Option<&Entry> {
@@ -128,6 +136,7 @@ impl WaitingLogicals {
     /// Files a logical span not waiting yet; it becomes the one its request id names.
     pub(super) fn insert(&mut self, trace_id: TraceId, logical: WaitingLogical) {
         let WaitingLogical { span, origin } = logical;
+        self.counted += usize::from(span.attempt_count.is_some());
         let hasher = &self.hasher;
         let request_id: Option<Arc<str>> = span.request_id.clone();
         let entry = Entry {
@@ -162,6 +171,7 @@ impl WaitingLogicals {
     /// Takes the logical span at `place` out of the slab and both indexes.
     pub(super) fn remove_at(&mut self, place: LogicalPlace) -> Option<WaitingLogical> {
         let entry = self.slab.remove(place.0)?;
+        self.counted -= usize::from(entry.span.attempt_count.is_some());
         let hasher = &self.hasher;
         if let Ok(found) = self
             .by_span
@@ -321,5 +331,30 @@ mod tests {
         let mut origins: Vec<u64> = logicals.origins().collect();
         origins.sort_unstable();
         assert_eq!(origins, [2, 3]);
+    }
+
+    /// The count that lets an attempt skip the lookup of its logical span: it names a counted
+    /// span exactly while one waits, whichever way the span leaves.
+    #[test]
+    fn any_counted_follows_the_spans_that_name_an_attempt_count() {
+        let counted = |span_id: u8| {
+            let mut waiting = logical(span_id, None);
+            waiting.span.attempt_count = Some(2);
+            waiting
+        };
+        let mut logicals = WaitingLogicals::default();
+        logicals.insert(TRACE, logical(1, Some("r")));
+        assert!(!logicals.any_counted());
+        logicals.insert(TRACE, counted(2));
+        logicals.insert(TRACE, counted(3));
+        assert!(logicals.any_counted());
+        assert!(logicals.remove(&TRACE, &[2; 8]).is_some());
+        assert!(logicals.remove(&TRACE, &[2; 8]).is_none(), "already gone");
+        assert!(logicals.any_counted(), "span 3 still waits");
+        let place = logicals.place_of(&TRACE, &[3; 8]);
+        assert!(place.and_then(|p| logicals.remove_at(p)).is_some());
+        assert!(!logicals.any_counted());
+        assert!(logicals.remove(&TRACE, &[1; 8]).is_some());
+        assert_eq!(logicals.len(), 0);
     }
 }
