@@ -881,7 +881,9 @@ impl<'a> From<&'a Value> for ValueRef<'a> {
 /// Builds [`SpanFacts`] one field at a time, in whatever order the fields come.
 pub struct FactsReader {
     facts: SpanFacts,
-    role: Option<String>,
+    /// The kind `retry_spend.span.role` names, when it names one (read as the span is, so no
+    /// span copies the text).
+    role: Option<SpanKind>,
     has_role: bool,
     has_request_id: bool,
     has_index: bool,
@@ -900,10 +902,11 @@ pub struct FactsReader {
     ai_cache_read: Count,
     /// `url.full`, else the legacy `http.url`: a try's host when it has no `server.address`.
     url: Option<String>,
-    /// `gen_ai.operation.name`: whether a GenAI span is a model span.
-    operation: Option<String>,
-    /// `ai.operationId`: whether the span is a Vercel AI SDK call span.
-    ai_operation: Option<String>,
+    /// `gen_ai.operation.name`, when a string: whether it names a model operation (a GenAI
+    /// span without one is a model span).
+    operation: Option<bool>,
+    /// `ai.operationId` names a Vercel AI SDK call.
+    call_operation: bool,
 }
 
 impl FactsReader {
@@ -928,7 +931,7 @@ impl FactsReader {
             ai_cache_read: Count::Missing,
             url: None,
             operation: None,
-            ai_operation: None,
+            call_operation: false,
         }
     }
 
@@ -983,7 +986,11 @@ impl FactsReader {
         match key {
             attr::SPAN_ROLE => {
                 self.has_role = true;
-                self.role = string(value);
+                self.role = match text(value) {
+                    Some(attr::ROLE_LOGICAL_REQUEST) => Some(SpanKind::LogicalRequest),
+                    Some(attr::ROLE_ATTEMPT) => Some(SpanKind::Attempt),
+                    _ => None,
+                };
             }
             attr::REQUEST_ID => {
                 self.has_request_id = true;
@@ -1005,8 +1012,13 @@ impl FactsReader {
                     self.url = string(value);
                 }
             }
-            attr::OPERATION_NAME => self.operation = string(value),
-            attr::AI_OPERATION_ID => self.ai_operation = string(value),
+            attr::OPERATION_NAME => {
+                self.operation = text(value).map(|op| attr::MODEL_OPERATIONS.contains(&op));
+            }
+            attr::AI_OPERATION_ID => {
+                self.call_operation =
+                    text(value).is_some_and(|op| attr::CALL_OPERATIONS.contains(&op));
+            }
             attr::CACHE_CREATION_INPUT_TOKENS => facts.cache_write_input_tokens = int(value),
             attr::LEGACY_CACHE_CREATION_INPUT_TOKENS => self.legacy_cache_write = int(value),
             attr::AI_CACHED_INPUT_TOKENS => self.ai_cached = int(value),
@@ -1091,7 +1103,7 @@ impl FactsReader {
             ai_cache_read,
             url,
             operation,
-            ai_operation,
+            call_operation,
         } = self;
         if env != EnvelopeFields::default() {
             facts.envelope = intern_envelope(env);
@@ -1117,20 +1129,14 @@ impl FactsReader {
         facts.declared = has_role || has_request_id || has_index;
         let status_code = http.status_code.or(legacy_status_code);
         let genai = facts.request_model.is_some();
-        let model_operation = operation
-            .as_deref()
-            .is_none_or(|op| attr::MODEL_OPERATIONS.contains(&op));
-        let call_span = ai_operation
-            .as_deref()
-            .is_some_and(|op| attr::CALL_OPERATIONS.contains(&op));
-        facts.kind = match role.as_deref() {
-            Some(attr::ROLE_LOGICAL_REQUEST) => SpanKind::LogicalRequest,
-            Some(attr::ROLE_ATTEMPT) => SpanKind::Attempt,
+        let model_operation = operation.unwrap_or(true);
+        facts.kind = match role {
+            Some(kind) => kind,
             _ if has_index => SpanKind::Attempt,
             _ if genai && facts.request_id.is_some() => SpanKind::Attempt,
             _ if genai && (has_role || has_request_id) => SpanKind::DeclaredSingle,
             _ if facts.declared => SpanKind::Passthrough,
-            _ if call_span => SpanKind::CallSpan,
+            _ if call_operation => SpanKind::CallSpan,
             _ if genai && model_operation => SpanKind::SingleAttempt,
             _ if genai => SpanKind::Passthrough,
             _ if has_http_method && otlp_kind == OtlpSpanKind::Client as i32 => SpanKind::HttpTry,
