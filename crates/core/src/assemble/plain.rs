@@ -299,6 +299,16 @@ impl PlainHold {
     /// Every held trace, now (shutdown, or the end of `replay`'s input).
     pub(super) fn drain_all(&mut self, ready: &mut Ready) {
         let mut slots = self.traces.drain();
+        // Traces of declared spans alone infer nothing and are most of them (every trace has a
+        // slot): let them go before ordering the rest.
+        let bytes = &mut self.bytes;
+        slots.retain(|slot| {
+            let plain = slot.held.plain.is_some();
+            if !plain {
+                *bytes = bytes.saturating_sub(slot.held.bytes());
+            }
+            plain
+        });
         slots.sort_unstable_by_key(|slot| slot.trace_id);
         // About a request a trace: grown by doubling, the vector copied every request again.
         ready.requests.reserve(slots.len());
