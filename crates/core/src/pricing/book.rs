@@ -14,12 +14,13 @@ use super::snapshot::Snapshot;
 /// give several dated snapshots of it.
 #[derive(Debug, Clone, Default)]
 pub struct PricingBook {
-    /// Version → its snapshots, oldest checked date first.
-    by_version: HashMap<String, Vec<Snapshot>>,
+    /// Version → its snapshots, oldest checked date first. Looked up for every attempt priced:
+    /// ahash, not SipHash (1.2% of the processor's instructions for 32-character versions).
+    by_version: HashMap<String, Vec<Snapshot>, ahash::RandomState>,
     /// Every snapshot's (checked date, version), ascending: the order "newest" is judged by.
     by_date: Vec<(NaiveDate, String)>,
     /// Model → the family the newest snapshot listing it gives (SPEC §2, `model_family`).
-    family_by_model: HashMap<String, ListedFamily>,
+    family_by_model: HashMap<String, ListedFamily, ahash::RandomState>,
 }
 
 /// A model's family as the newest snapshot that lists the model gives it.

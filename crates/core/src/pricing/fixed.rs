@@ -24,6 +24,18 @@ const ZERO: Fixed = Fixed { m: 0, scale: 0 };
 const OVERFLOW_U96: u128 = 1 << 96;
 const MAX_SCALE: u32 = 28;
 
+/// `POWERS_OF_TEN[n]` is 10ⁿ for every rescale within `MAX_SCALE`: `checked_pow` on `u128`
+/// looped through library multiplications for each of three sums an attempt.
+const POWERS_OF_TEN: [u128; MAX_SCALE as usize + 1] = {
+    let mut powers = [1; MAX_SCALE as usize + 1];
+    let mut n = 1;
+    while n < powers.len() {
+        powers[n] = powers[n - 1] * 10;
+        n += 1;
+    }
+    powers
+};
+
 impl Fixed {
     /// `d.normalize()`, for a non-negative `d` whose mantissa fits 64 bits.
     fn normalized(d: Decimal) -> Option<Fixed> {
@@ -57,7 +69,7 @@ impl Fixed {
         if self.m == 0 || other.m == 0 {
             return Some(ZERO);
         }
-        let m = self.m.checked_mul(other.m)?;
+        let m = product(self.m, other.m)?;
         let scale = self.scale + other.scale;
         (m < OVERFLOW_U96 && scale <= MAX_SCALE).then_some(Fixed { m, scale })
     }
@@ -70,13 +82,26 @@ impl Fixed {
             return Some(self);
         }
         let scale = self.scale.max(other.scale);
-        let at_scale = |f: Fixed| f.m.checked_mul(10u128.checked_pow(scale - f.scale)?);
+        let at_scale = |f: Fixed| {
+            let factor = POWERS_OF_TEN.get(usize::try_from(scale - f.scale).ok()?)?;
+            product(f.m, *factor)
+        };
         let m = at_scale(self)?.checked_add(at_scale(other)?)?;
         (m < OVERFLOW_U96).then_some(Fixed { m, scale })
     }
 
     fn decimal(self) -> Option<Decimal> {
         Decimal::try_from_i128_with_scale(i128::try_from(self.m).ok()?, self.scale).ok()
+    }
+}
+
+/// `a × b`, or `None` past `u128`. Operands of 64 bits cannot overflow and take one
+/// multiplication; `checked_mul` on `u128` is a library call, and an attempt's cost made a dozen.
+fn product(a: u128, b: u128) -> Option<u128> {
+    if a >> 64 == 0 && b >> 64 == 0 {
+        Some(a * b)
+    } else {
+        a.checked_mul(b)
     }
 }
 
@@ -181,5 +206,21 @@ mod tests {
         let zero = cost_usd(&prices, d("1.5"), [0; 4]).expect("integer path");
         assert!(zero.is_zero() && zero.scale() == 0);
         assert!(same(Some(zero), decimal_path(&prices, d("1.5"), [0; 4])));
+    }
+
+    #[test]
+    fn the_table_holds_every_power_of_ten_up_to_the_largest_scale() {
+        for (n, power) in (0u32..).zip(POWERS_OF_TEN) {
+            assert_eq!(Some(power), 10u128.checked_pow(n), "10^{n}");
+        }
+    }
+
+    #[test]
+    fn a_product_of_64_bit_operands_is_exact_and_a_wider_one_is_checked() {
+        let max = u128::from(u64::MAX);
+        assert_eq!(product(max, max), max.checked_mul(max));
+        assert_eq!(product(1 << 64, 3), Some(3 << 64));
+        assert_eq!(product(1 << 64, 1 << 64), None);
+        assert_eq!(product(0, u128::MAX), Some(0));
     }
 }
