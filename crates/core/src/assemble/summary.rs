@@ -196,12 +196,18 @@ const CRC_BYTES: usize = 4;
 #[derive(Default)]
 pub struct Encoder<'a> {
     strings: Vec<&'a str>,
-    string_index: HashMap<&'a str, u32>,
+    string_index: Index<&'a str>,
     envelopes: Vec<&'a EnvelopeFields>,
-    envelope_index: HashMap<&'a EnvelopeFields, u32>,
+    envelope_index: Index<&'a EnvelopeFields>,
+    /// The envelope written last and its index: spans share interned envelopes, and hashing
+    /// every field of one for each span was most of a save (BENCHMARKS.md, issue 18).
+    last_envelope: Option<(&'a EnvelopeFields, u32)>,
     requests: Vec<u8>,
     count: u64,
 }
+
+/// The tables' indexes: ahash, as a save hashes a string or envelope for every span held.
+type Index<K> = HashMap<K, u32, ahash::RandomState>;
 
 impl<'a> Encoder<'a> {
     /// An encoder sized for about `requests` requests (~140 bytes each), so its buffer is not
@@ -305,6 +311,17 @@ impl<'a> Encoder<'a> {
     }
 
     fn envelope(&mut self, envelope: &'a EnvelopeFields) -> u32 {
+        if let Some((last, i)) = self.last_envelope {
+            if std::ptr::eq(last, envelope) {
+                return i;
+            }
+        }
+        let i = self.envelope_index_of(envelope);
+        self.last_envelope = Some((envelope, i));
+        i
+    }
+
+    fn envelope_index_of(&mut self, envelope: &'a EnvelopeFields) -> u32 {
         if let Some(&i) = self.envelope_index.get(envelope) {
             return i;
         }
@@ -499,7 +516,7 @@ fn envelope_strings(e: &EnvelopeFields) -> Vec<&str> {
     all
 }
 
-fn put_envelope(out: &mut Vec<u8>, e: &EnvelopeFields, strings: &HashMap<&str, u32>) {
+fn put_envelope(out: &mut Vec<u8>, e: &EnvelopeFields, strings: &Index<&str>) {
     let mut flags = 0u16;
     for (bit, on) in [
         (ENV_PRESENT, e.present),

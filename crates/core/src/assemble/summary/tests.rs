@@ -275,3 +275,49 @@ fn a_context_read_back_has_the_defaults_of_a_fresh_span() {
     let back = ContextSpan::of_attempt(span.clone()).to_facts([7; 16], SpanKind::Attempt);
     assert_eq!(back, span);
 }
+
+/// The encoder remembers the envelope it wrote last by address: spans alternating between
+/// envelopes, and equal envelopes in different allocations, still get the right entries (one
+/// per distinct value).
+#[test]
+fn alternating_and_equal_but_separate_envelopes_are_written_by_value() {
+    let full = Arc::new(full_envelope());
+    let same_value = Arc::new(full_envelope());
+    let other = Arc::new(EnvelopeFields {
+        task_type: Some("triage".into()),
+        ..full_envelope()
+    });
+    let attempts: Vec<ContextSpan> = [&full, &other, &full, &same_value, &other]
+        .into_iter()
+        .zip(1u8..)
+        .map(|(envelope, id)| ContextSpan {
+            envelope: Arc::clone(envelope),
+            ..context(id, Some(i32::from(id) - 1))
+        })
+        .collect();
+    let original = vec![Summary {
+        key: GroupKey::Parent {
+            trace_id: [7; 16],
+            parent_span_id: Some([8; 8]),
+        },
+        logical: None,
+        attempts,
+        other_span_ids: Vec::new(),
+    }];
+    let mut encoder = Encoder::default();
+    for s in &original {
+        encoder.push(&s.key, s.logical.as_ref(), &s.attempts, &s.other_span_ids);
+    }
+    assert_eq!(
+        encoder.envelopes.len(),
+        2,
+        "one entry per distinct envelope"
+    );
+    let decoded = decode(&encoder.finish().to_vec()).unwrap();
+    assert_eq!(decoded, original);
+    let envelopes: Vec<&Arc<EnvelopeFields>> =
+        decoded[0].attempts.iter().map(|a| &a.envelope).collect();
+    assert!(Arc::ptr_eq(envelopes[0], envelopes[3]));
+    assert!(Arc::ptr_eq(envelopes[1], envelopes[4]));
+    assert!(!Arc::ptr_eq(envelopes[0], envelopes[1]));
+}
