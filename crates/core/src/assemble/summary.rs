@@ -199,9 +199,11 @@ pub struct Encoder<'a> {
     string_index: Index<&'a str>,
     envelopes: Vec<&'a EnvelopeFields>,
     envelope_index: Index<&'a EnvelopeFields>,
-    /// The envelope written last and its index: spans share interned envelopes, and hashing
-    /// every field of one for each span was most of a save (BENCHMARKS.md, issue 18).
-    last_envelope: Option<(&'a EnvelopeFields, u32)>,
+    /// Envelopes by address: spans share interned envelopes, and hashing every field of one
+    /// for each span was most of a save (BENCHMARKS.md, issue 18, twentieth pass).
+    envelope_at: Index<*const EnvelopeFields>,
+    /// Strings by address and length, likewise: most are shared symbols.
+    string_at: Index<(*const u8, usize)>,
     requests: Vec<u8>,
     count: u64,
 }
@@ -301,6 +303,16 @@ impl<'a> Encoder<'a> {
     }
 
     fn string(&mut self, s: &'a str) -> u32 {
+        let address = (s.as_ptr(), s.len());
+        if let Some(&i) = self.string_at.get(&address) {
+            return i;
+        }
+        let i = self.string_index_of(s);
+        self.string_at.insert(address, i);
+        i
+    }
+
+    fn string_index_of(&mut self, s: &'a str) -> u32 {
         if let Some(&i) = self.string_index.get(s) {
             return i;
         }
@@ -311,13 +323,12 @@ impl<'a> Encoder<'a> {
     }
 
     fn envelope(&mut self, envelope: &'a EnvelopeFields) -> u32 {
-        if let Some((last, i)) = self.last_envelope {
-            if std::ptr::eq(last, envelope) {
-                return i;
-            }
+        let address: *const EnvelopeFields = envelope;
+        if let Some(&i) = self.envelope_at.get(&address) {
+            return i;
         }
         let i = self.envelope_index_of(envelope);
-        self.last_envelope = Some((envelope, i));
+        self.envelope_at.insert(address, i);
         i
     }
 

@@ -276,7 +276,7 @@ fn a_context_read_back_has_the_defaults_of_a_fresh_span() {
     assert_eq!(back, span);
 }
 
-/// The encoder remembers the envelope it wrote last by address: spans alternating between
+/// The encoder finds envelopes by address first: spans alternating between
 /// envelopes, and equal envelopes in different allocations, still get the right entries (one
 /// per distinct value).
 #[test]
