@@ -78,6 +78,58 @@ pub mod attr {
     pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
     pub const LEGACY_HTTP_STATUS_CODE: &str = "http.status_code";
 
+    /// Every attribute key the contract reads, for [`super::known_key`].
+    pub const KEYS: [&str; 48] = [
+        SPAN_ROLE,
+        REQUEST_ID,
+        ATTEMPT_INDEX,
+        ATTEMPT_COUNT,
+        ATTEMPT_MODEL_FAMILY,
+        OUTPUT_REACHED_CLIENT,
+        PRICING_SOURCE,
+        PRICING_CHECKED_AT,
+        PRICING_VERSION,
+        BILLING_GROUP,
+        MAX_INCREMENTAL_USD,
+        MAX_ATTEMPTS_AFTER_FIRST,
+        ALLOW_FAMILY_FALLBACK,
+        ALLOWED_FALLBACK_FAMILIES,
+        REPLAY_SAFE,
+        TASK_TYPE,
+        ENVELOPE_JSON,
+        SDK_ESTIMATED_INCREMENTAL_USD,
+        SDK_REMAINING_ENVELOPE_USD,
+        SDK_DECISION_REASON,
+        REQUEST_MODEL,
+        RESPONSE_MODEL,
+        PROVIDER_NAME,
+        LEGACY_SYSTEM,
+        INPUT_TOKENS,
+        LEGACY_PROMPT_TOKENS,
+        CACHE_READ_INPUT_TOKENS,
+        LEGACY_CACHE_READ_INPUT_TOKENS,
+        OUTPUT_TOKENS,
+        LEGACY_COMPLETION_TOKENS,
+        REQUEST_MAX_TOKENS,
+        CACHE_CREATION_INPUT_TOKENS,
+        LEGACY_CACHE_CREATION_INPUT_TOKENS,
+        AI_CACHED_INPUT_TOKENS,
+        AI_CACHE_READ_TOKENS,
+        AI_OPERATION_ID,
+        OPERATION_NAME,
+        SERVER_ADDRESS,
+        URL_FULL,
+        LEGACY_HTTP_URL,
+        ASSUMED_OUTPUT_CAP,
+        ERROR_TYPE,
+        SERVICE_NAME,
+        HTTP_REQUEST_METHOD,
+        LEGACY_HTTP_METHOD,
+        HTTP_RESEND_COUNT,
+        HTTP_RESPONSE_STATUS_CODE,
+        LEGACY_HTTP_STATUS_CODE,
+    ];
+
     /// `gen_ai.operation.name` values of a model span (absent counts too).
     pub const MODEL_OPERATIONS: [&str; 3] = ["chat", "text_completion", "generate_content"];
     /// `ai.operationId` values of a Vercel AI SDK call span.
@@ -97,6 +149,31 @@ pub mod attr {
 
 /// Token counts above 2^53 cannot come from a real request; they are flagged as invalid usage.
 pub const MAX_TOKEN_COUNT: i64 = 1 << 53;
+
+/// The key `bytes` spell when it is one the contract reads ([`attr::KEYS`]), as static text:
+/// such a key read from the wire needs no UTF-8 check, and checking every key was 3.8% of
+/// `serve`'s instructions (BENCHMARKS.md, issue 18, twentieth pass). Any other key is checked
+/// as before.
+pub(crate) fn known_key(bytes: &[u8]) -> Option<&'static str> {
+    static BY_LENGTH: std::sync::OnceLock<Vec<Vec<&'static str>>> = std::sync::OnceLock::new();
+    let by_length = BY_LENGTH.get_or_init(|| {
+        let mut table: Vec<Vec<&'static str>> = Vec::new();
+        for key in attr::KEYS {
+            if table.len() <= key.len() {
+                table.resize(key.len() + 1, Vec::new());
+            }
+            if let Some(same_length) = table.get_mut(key.len()) {
+                same_length.push(key);
+            }
+        }
+        table
+    });
+    by_length
+        .get(bytes.len())?
+        .iter()
+        .find(|key| key.as_bytes() == bytes)
+        .copied()
+}
 
 pub type TraceId = [u8; 16];
 pub type SpanId = [u8; 8];

@@ -18,8 +18,8 @@ use std::ops::Range;
 use bytes::Bytes;
 
 use super::{
-    attr, string_form_of, symbol, unknown_service, ArrayRef, AttributeKeys, FactsReader, SpanFacts,
-    Symbol, ValueRef,
+    attr, known_key, string_form_of, symbol, unknown_service, ArrayRef, AttributeKeys, FactsReader,
+    SpanFacts, Symbol, ValueRef,
 };
 
 /// Why a request could not be read.
@@ -274,7 +274,13 @@ fn read_key_value<'a>(
     let mut r = Reader::sub(bytes, range);
     while let Some((field, wire_type)) = r.key()? {
         match (field, wire_type) {
-            (1, LEN) => key = utf8(r.slice()?)?,
+            (1, LEN) => {
+                let bytes = r.slice()?;
+                key = match known_key(bytes) {
+                    Some(known) => known,
+                    None => utf8(bytes)?,
+                };
+            }
             (2, LEN) => value = Some(r.len_delimited()?),
             _ => r.skip(wire_type)?,
         }

@@ -320,6 +320,57 @@ fn invalid_utf8_in_a_read_string_is_an_error() {
     assert!(read_export(&Bytes::from(bytes), false, &AttributeKeys::NONE).is_err());
 }
 
+/// A key the contract reads is taken as its static text, any other is checked: either way a key
+/// with an invalid byte is refused (a known key with one changed byte is no longer known).
+#[test]
+fn an_attribute_key_with_invalid_utf8_is_an_error_whether_known_or_not() {
+    for key in [attr::REQUEST_MODEL, "tenant.name"] {
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![Span {
+                        attributes: vec![kv(key, Value::StringValue("glm-5".into()))],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let bytes = request.encode_to_vec();
+        let read = read_export(&Bytes::from(bytes.clone()), false, &AttributeKeys::NONE);
+        let model = read.expect("valid").spans[0].request_model.clone();
+        assert_eq!(
+            model.as_deref(),
+            (key == attr::REQUEST_MODEL).then_some("glm-5"),
+            "{key}"
+        );
+        let at = bytes
+            .windows(key.len())
+            .position(|w| w == key.as_bytes())
+            .expect("the key is in the encoding");
+        let mut broken = bytes;
+        broken[at + 1] = 0xff;
+        assert!(
+            read_export(&Bytes::from(broken), false, &AttributeKeys::NONE).is_err(),
+            "{key}"
+        );
+    }
+}
+
+#[test]
+fn every_key_the_contract_reads_is_known_and_nothing_else() {
+    for key in attr::KEYS {
+        assert_eq!(crate::contract::known_key(key.as_bytes()), Some(key));
+        let mut other = key.as_bytes().to_vec();
+        other.push(b'x');
+        assert_eq!(crate::contract::known_key(&other), None, "{key}x");
+        assert_eq!(crate::contract::known_key(&other[1..key.len()]), None);
+    }
+    assert_eq!(crate::contract::known_key(b""), None);
+    assert_eq!(crate::contract::known_key(&[0xff; 300]), None);
+}
+
 #[test]
 fn status_error_without_error_type_reads_as_other() {
     let request = ExportTraceServiceRequest {
