@@ -23,7 +23,9 @@ use crate::contract::{ArrayRef, AttributeKeys, SpanFacts, ValueRef};
 
 /// Every span of one line, or `None` when the other readers must read it.
 pub(super) fn read(bytes: &[u8], keys: &AttributeKeys) -> Option<Vec<SpanFacts>> {
-    let text = std::str::from_utf8(bytes).ok()?;
+    // Whole lines of hundreds of kilobytes: SIMD checks them several times faster than
+    // `std::str::from_utf8`, with the same answer.
+    let text = simdutf8::basic::from_utf8(bytes).ok()?;
     let mut cursor = Cursor { text, pos: 0 };
     // A span of OTLP JSON with GenAI attributes is a kilobyte or more: sized for that, a
     // line's facts (hundreds of bytes each) are not copied at every doubling.
