@@ -11,7 +11,8 @@
 //! Wire semantics follow protobuf (and prost): a repeated scalar field's last value wins,
 //! repeated message fields merge, unknown fields are skipped. A malformed message is an error
 //! for the whole request, as it is for prost. Strings this reader does not look at (span names,
-//! event text) are skipped without checking their UTF-8.
+//! event text) are skipped without checking their UTF-8; an attribute key that is one the
+//! contract reads is recognised by its bytes, which are then valid UTF-8 by construction.
 
 use std::ops::Range;
 
