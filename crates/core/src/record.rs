@@ -51,7 +51,7 @@ pub struct AttemptRow {
     pub max_attempts_after_first: Option<i32>,
     pub pricing_version: Option<Symbol>,
     pub pricing_source: Option<Symbol>,
-    pub pricing_digest: Option<Arc<str>>,
+    pub pricing_digest: Option<Symbol>,
     pub pricing_checked_at: Option<NaiveDate>,
     pub spend_class: SpendClass,
     pub decision: Decision,

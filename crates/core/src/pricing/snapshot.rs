@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use chrono::NaiveDate;
 use rust_decimal::Decimal;
@@ -27,7 +26,7 @@ pub struct Snapshot {
     pub models: BTreeMap<String, ModelPrice>,
     /// Lowercase hex SHA-256 of the file's bytes.
     /// Shared: every row priced by this snapshot names it.
-    pub digest: Arc<str>,
+    pub digest: crate::symbol::Symbol,
 }
 
 /// Listed prices of one model, USD per million tokens.
@@ -218,7 +217,7 @@ impl Snapshot {
             let family = model
                 .family
                 .filter(|f| !f.is_empty())
-                .map(|f| crate::symbol::Symbol::from(f.as_str()));
+                .map(|f| crate::symbol::symbol(&f));
             models.insert(
                 name,
                 ModelPrice {
@@ -240,7 +239,7 @@ impl Snapshot {
             checked_at,
             group_ratio,
             models,
-            digest: hex::encode(Sha256::digest(bytes)).into(),
+            digest: crate::symbol::symbol(&hex::encode(Sha256::digest(bytes))),
         })
     }
 }

@@ -194,7 +194,7 @@ pub fn evaluate_into(
     let shared = Shared {
         request_id,
         attempt_source: request.attempt_source,
-        envelope_source: envelope.source().map(Symbol::from),
+        envelope_source: envelope.source().map(|s| crate::symbol::symbol(&s)),
         envelope: &envelope,
         snapshot,
         group_ratio,
