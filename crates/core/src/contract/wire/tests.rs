@@ -366,6 +366,12 @@ fn every_key_the_contract_reads_is_known_and_nothing_else() {
         other.push(b'x');
         assert_eq!(crate::contract::known_key(&other), None, "{key}x");
         assert_eq!(crate::contract::known_key(&other[1..key.len()]), None);
+        // Same length, one byte changed at either end: the tail or the whole key differs.
+        for at in [0, key.len() - 1] {
+            let mut changed = key.as_bytes().to_vec();
+            changed[at] ^= 0x20;
+            assert_eq!(crate::contract::known_key(&changed), None, "{key} at {at}");
+        }
     }
     assert_eq!(crate::contract::known_key(b""), None);
     assert_eq!(crate::contract::known_key(&[0xff; 300]), None);
