@@ -156,10 +156,16 @@ impl<'a> Cursor<'a> {
     }
 
     fn key(&mut self) -> Option<&'a str> {
-        match self.string()? {
-            Cow::Borrowed(key) => Some(key),
-            Cow::Owned(_) => None,
+        // Not through `string`: a key is read for every field, and building and matching its
+        // `Cow` cost more than the scan.
+        self.eat(b'"')?;
+        let start = self.pos;
+        let end = self.plain_run()?;
+        if self.bytes().get(end) != Some(&b'"') {
+            return None;
         }
+        self.pos = end + 1;
+        self.text.get(start..end)
     }
 
     /// A string, borrowed unless it has escapes.
