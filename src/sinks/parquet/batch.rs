@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BooleanBuilder, Date32Builder, Decimal128Builder, Int32Builder, Int64Builder, ListBuilder,
-    StringBuilder,
+    BooleanBuilder, Decimal128Builder, ListBuilder, PrimitiveBuilder, StringBuilder,
 };
-use arrow_array::{ArrayRef, RecordBatch, TimestampMicrosecondArray};
+use arrow_array::types::{Date32Type, Int32Type, Int64Type};
+use arrow_array::{ArrayRef, ArrowPrimitiveType, RecordBatch, TimestampMicrosecondArray};
 use rust_decimal::{Decimal, RoundingStrategy};
 
 use super::schema::{self, attempts_schema, MONEY_PRECISION, MONEY_SCALE};
@@ -39,17 +39,17 @@ pub(super) fn batch_from_refs(rows: &[&AttemptRow]) -> Result<RecordBatch, Parqu
         strings(n, |r| r.task_type.as_deref()),
         strings(n, |r| r.billing_group.as_deref()),
         strings(n, |r| r.provider.as_deref()),
-        int32s(n, |r| Some(r.attempt_index)),
+        primitives::<Int32Type, _>(n, |r| Some(r.attempt_index)),
         strings(n, |r| r.original_model.as_deref()),
         strings(n, |r| r.retry_model.as_deref()),
         strings(n, |r| r.response_model.as_deref()),
         strings(n, |r| r.original_family.as_deref()),
         strings(n, |r| r.retry_family.as_deref()),
-        int64s(n, |r| r.input_tokens),
-        int64s(n, |r| r.cached_input_tokens),
-        int64s(n, |r| r.cache_write_input_tokens),
-        int64s(n, |r| r.output_tokens),
-        int64s(n, |r| r.output_cap),
+        primitives::<Int64Type, _>(n, |r| r.input_tokens),
+        primitives::<Int64Type, _>(n, |r| r.cached_input_tokens),
+        primitives::<Int64Type, _>(n, |r| r.cache_write_input_tokens),
+        primitives::<Int64Type, _>(n, |r| r.output_tokens),
+        primitives::<Int64Type, _>(n, |r| r.output_cap),
         money(n, schema::PLANNED_ATTEMPT_USD, |r| r.planned_attempt_usd),
         money(n, schema::ACTUAL_ATTEMPT_USD, |r| r.actual_attempt_usd),
         money(n, schema::ESTIMATED_INCREMENTAL_USD, |r| {
@@ -69,11 +69,11 @@ pub(super) fn batch_from_refs(rows: &[&AttemptRow]) -> Result<RecordBatch, Parqu
         money(n, schema::SDK_REMAINING_ENVELOPE_USD, |r| {
             r.sdk_remaining_envelope_usd
         }),
-        int32s(n, |r| r.max_attempts_after_first),
+        primitives::<Int32Type, _>(n, |r| r.max_attempts_after_first),
         strings(n, |r| r.pricing_version.as_deref()),
         strings(n, |r| r.pricing_source.as_deref()),
         strings(n, |r| r.pricing_digest.as_deref()),
-        Box::new(Dates(Date32Builder::with_capacity(n))),
+        primitives::<Date32Type, _>(n, |r| r.pricing_checked_at.map(|date| date.to_epoch_days())),
         strings(n, |r| Some(r.spend_class.as_str())),
         strings(n, |r| Some(r.decision.as_str())),
         strings(n, |r| Some(&r.decision_reason)),
@@ -89,7 +89,7 @@ pub(super) fn batch_from_refs(rows: &[&AttemptRow]) -> Result<RecordBatch, Parqu
         strings(n, |r| Some(r.attempt_source.as_str())),
         strings(n, |r| r.usage_source.map(|s| s.as_str())),
         strings(n, |r| r.output_cap_source.map(|s| s.as_str())),
-        int64s(n, |r| r.price_tier_above_input_tokens),
+        primitives::<Int64Type, _>(n, |r| r.price_tier_above_input_tokens),
         strings(n, |r| r.envelope_source.as_deref()),
     ];
     for tile in rows.chunks(TILE_ROWS) {
@@ -135,37 +135,19 @@ impl<'a, F: Fn(&AttemptRow) -> i64> Column<'a> for Timestamps<F> {
     }
 }
 
-struct Int32s<F>(Int32Builder, F);
+/// Integers and dates: one Arrow primitive a row, or null.
+struct Primitives<T: ArrowPrimitiveType, F>(PrimitiveBuilder<T>, F);
 
-fn int32s<'a, F: Fn(&AttemptRow) -> Option<i32> + 'a>(
+fn primitives<'a, T: ArrowPrimitiveType, F: Fn(&AttemptRow) -> Option<T::Native> + 'a>(
     n: usize,
     value: F,
 ) -> Box<dyn Column<'a> + 'a> {
-    Box::new(Int32s(Int32Builder::with_capacity(n), value))
+    Box::new(Primitives(PrimitiveBuilder::<T>::with_capacity(n), value))
 }
 
-impl<'a, F: Fn(&AttemptRow) -> Option<i32>> Column<'a> for Int32s<F> {
-    fn append(&mut self, rows: &[&'a AttemptRow]) {
-        let value = &self.1;
-        self.0
-            .extend_from_iter_option(rows.iter().map(|r| value(r)));
-    }
-
-    fn finish(mut self: Box<Self>) -> Result<ArrayRef, ParquetSinkError> {
-        Ok(Arc::new(self.0.finish()))
-    }
-}
-
-struct Int64s<F>(Int64Builder, F);
-
-fn int64s<'a, F: Fn(&AttemptRow) -> Option<i64> + 'a>(
-    n: usize,
-    value: F,
-) -> Box<dyn Column<'a> + 'a> {
-    Box::new(Int64s(Int64Builder::with_capacity(n), value))
-}
-
-impl<'a, F: Fn(&AttemptRow) -> Option<i64>> Column<'a> for Int64s<F> {
+impl<'a, T: ArrowPrimitiveType, F: Fn(&AttemptRow) -> Option<T::Native>> Column<'a>
+    for Primitives<T, F>
+{
     fn append(&mut self, rows: &[&'a AttemptRow]) {
         let value = &self.1;
         self.0
@@ -191,22 +173,6 @@ impl<'a, F: Fn(&AttemptRow) -> Option<bool>> Column<'a> for Bools<F> {
         for row in rows {
             self.0.append_option((self.1)(row));
         }
-    }
-
-    fn finish(mut self: Box<Self>) -> Result<ArrayRef, ParquetSinkError> {
-        Ok(Arc::new(self.0.finish()))
-    }
-}
-
-/// `pricing_checked_at`.
-struct Dates(Date32Builder);
-
-impl<'a> Column<'a> for Dates {
-    fn append(&mut self, rows: &[&'a AttemptRow]) {
-        self.0.extend_from_iter_option(
-            rows.iter()
-                .map(|r| r.pricing_checked_at.map(|date| date.to_epoch_days())),
-        );
     }
 
     fn finish(mut self: Box<Self>) -> Result<ArrayRef, ParquetSinkError> {
