@@ -174,13 +174,16 @@ impl<'a> Cursor<'a> {
         self.string_body()
     }
 
-    /// Consumes `prefix` if the input continues with it, byte for byte.
-    fn expect(&mut self, prefix: &[u8]) -> Option<()> {
+    /// Consumes `prefix` if the input continues with it, byte for byte. One copy per length:
+    /// the comparison is then of a known size, a few word compares inline rather than a call
+    /// to `memcmp` (1.2% of `replay`'s samples, for prefixes of 1 to 15 bytes).
+    #[inline]
+    fn expect<const N: usize>(&mut self, prefix: &[u8; N]) -> Option<()> {
         let found = self
             .bytes()
-            .get(self.pos..)
-            .is_some_and(|rest| rest.starts_with(prefix));
-        found.then(|| self.pos += prefix.len())
+            .get(self.pos..self.pos.checked_add(N)?)
+            .is_some_and(|next| next == prefix);
+        found.then(|| self.pos += N)
     }
 
     /// The rest of a string whose opening quote is consumed.
