@@ -81,6 +81,19 @@ struct Cursor<'a> {
     pos: usize,
 }
 
+/// The high bit of each byte of `word` (little-endian) that is `"`, `\` or below 0x20, exact
+/// for the lowest such byte (a borrow may flag bytes above it).
+fn stops(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let slash = word ^ (ONES * u64::from(b'\\'));
+    ((quote.wrapping_sub(ONES) & !quote)
+        | (slash.wrapping_sub(ONES) & !slash)
+        | (word.wrapping_sub(ONES * 0x20) & !word))
+        & HIGH
+}
+
 impl<'a> Cursor<'a> {
     fn bytes(&self) -> &'a [u8] {
         self.text.as_bytes()
@@ -245,21 +258,29 @@ impl<'a> Cursor<'a> {
     fn plain_run(&self) -> Option<usize> {
         let bytes = self.bytes();
         let mut i = self.pos;
-        const ONES: u64 = 0x0101_0101_0101_0101;
-        const HIGH: u64 = 0x8080_8080_8080_8080;
-        while let Some(chunk) = bytes.get(i..i + 8) {
-            let word = u64::from_le_bytes(chunk.try_into().ok()?);
-            let quote = word ^ (ONES * u64::from(b'"'));
-            let slash = word ^ (ONES * u64::from(b'\\'));
-            let found = (quote.wrapping_sub(ONES) & !quote)
-                | (slash.wrapping_sub(ONES) & !slash)
-                | (word.wrapping_sub(ONES * 0x20) & !word);
-            let found = found & HIGH;
-            if found != 0 {
-                i += (found.trailing_zeros() / 8) as usize;
-                break;
+        // Sixteen bytes a step (most strings are ids, times, names and attribute keys of 16 to
+        // 40 bytes), then eight; the first byte a word flags is exact, and the loop below
+        // tells a quote or backslash from a control character.
+        'scan: {
+            while let Some(chunk) = bytes.get(i..i + 16) {
+                let low = stops(u64::from_le_bytes(chunk[..8].try_into().ok()?));
+                let high = stops(u64::from_le_bytes(chunk[8..].try_into().ok()?));
+                if low | high != 0 {
+                    i += match low {
+                        0 => 8 + (high.trailing_zeros() / 8) as usize,
+                        _ => (low.trailing_zeros() / 8) as usize,
+                    };
+                    break 'scan;
+                }
+                i += 16;
             }
-            i += 8;
+            if let Some(chunk) = bytes.get(i..i + 8) {
+                let found = stops(u64::from_le_bytes(chunk.try_into().ok()?));
+                i += match found {
+                    0 => 8,
+                    _ => (found.trailing_zeros() / 8) as usize,
+                };
+            }
         }
         loop {
             match *bytes.get(i)? {

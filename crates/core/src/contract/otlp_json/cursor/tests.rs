@@ -259,3 +259,33 @@ fn a_resource_and_scope_after_their_spans_still_name_them() {
         read_decoded(line.as_bytes(), &policy_keys()).unwrap()
     );
 }
+
+/// The string scan reads sixteen bytes a step, then eight, then one: a quote, an escape, a raw
+/// control character or a non-ASCII letter at every offset across those steps gives the
+/// decoded path's facts or error, and the plain values are read by the cursor.
+#[test]
+fn a_stop_at_every_offset_of_the_scan_is_found() -> Result<(), String> {
+    for offset in 0..40 {
+        let before = "m".repeat(offset);
+        for (stop, plain) in [
+            (String::new(), true),
+            ("\\\"q".to_owned(), false),
+            ("\\u0041".to_owned(), false),
+            ("\u{1}".to_owned(), false),
+            ("é".to_owned(), true),
+        ] {
+            let extra = format!(
+                r#","attributes":[{{"key":"gen_ai.request.model","value":{{"stringValue":"{before}{stop}x"}}}}]"#
+            );
+            let line = span(&extra);
+            assert_agree(line.as_bytes(), &policy_keys()).map_err(|e| e.to_string())?;
+            if plain {
+                assert!(
+                    read_cursor(line.as_bytes(), &policy_keys()).is_some(),
+                    "{line}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
