@@ -170,15 +170,9 @@ impl<'a> Cursor<'a> {
 
     fn key(&mut self) -> Option<&'a str> {
         // Not through `string`: a key is read for every field, and building and matching its
-        // `Cow` cost more than the scan.
+        // `Cow` cost more than the scan. An escaped key is left to the other readers.
         self.eat(b'"')?;
-        let start = self.pos;
-        let end = self.plain_run()?;
-        if self.bytes().get(end) != Some(&b'"') {
-            return None;
-        }
-        self.pos = end + 1;
-        self.text.get(start..end)
+        self.plain_body()?.ok()
     }
 
     /// A string, borrowed unless it has escapes.
@@ -202,11 +196,10 @@ impl<'a> Cursor<'a> {
     /// The rest of a string whose opening quote is consumed.
     fn string_body(&mut self) -> Option<Cow<'a, str>> {
         let start = self.pos;
-        let end = self.plain_run()?;
-        if self.bytes().get(end) == Some(&b'"') {
-            self.pos = end + 1;
-            return Some(Cow::Borrowed(self.text.get(start..end)?));
-        }
+        let end = match self.plain_body()? {
+            Ok(text) => return Some(Cow::Borrowed(text)),
+            Err(escape) => escape,
+        };
         let mut owned = String::from(self.text.get(start..end)?);
         self.pos = end;
         loop {
@@ -239,6 +232,20 @@ impl<'a> Cursor<'a> {
                 }
             }
         }
+    }
+
+    /// The rest of a string whose opening quote is consumed, when it holds no escape: its
+    /// text, the closing quote consumed. `Err` with the position of the first backslash, the
+    /// cursor left where it was; `None` at a raw control character or the end of the line.
+    fn plain_body(&mut self) -> Option<Result<&'a str, usize>> {
+        let start = self.pos;
+        let end = self.plain_run()?;
+        if self.bytes().get(end) != Some(&b'"') {
+            return Some(Err(end));
+        }
+        let text = self.text.get(start..end)?;
+        self.pos = end + 1;
+        Some(Ok(text))
     }
 
     /// The four hex digits of a `\u` escape outside the surrogates, which are left to the
