@@ -140,8 +140,13 @@ impl<'a> Cursor<'a> {
         self.text.as_bytes()
     }
 
+    #[inline]
     fn ws(&mut self) {
+        // Exporters print compact JSON: one compare passes the next byte, at every token.
         let bytes = self.bytes();
+        if bytes.get(self.pos).is_some_and(|&b| b > b' ') {
+            return;
+        }
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = bytes.get(self.pos) {
             self.pos += 1;
         }

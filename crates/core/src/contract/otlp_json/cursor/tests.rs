@@ -309,3 +309,39 @@ fn the_sixteen_byte_step_flags_quotes_backslashes_and_control_bytes_only() {
     chunk[9] = 0x01;
     assert_eq!(super::stops16(&chunk).trailing_zeros(), 3);
 }
+
+/// Whitespace between every two tokens, as a pretty-printer puts it: a line the cursor reads
+/// compact (where each token's whitespace check is one compare) it reads pretty-printed too, to
+/// the decoded path's facts.
+#[test]
+fn pretty_printed_lines_are_read_by_the_cursor_as_the_decoded_path_reads_them() -> Result<(), String>
+{
+    let mut read = 0;
+    for line in fixture_lines() {
+        let value: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        let pretty = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
+        // Raw newlines only come between tokens: inside strings they are escaped.
+        let mut tabbed = Vec::new();
+        let formatter = serde_json::ser::PrettyFormatter::with_indent(b"\t");
+        serde::Serialize::serialize(
+            &value,
+            &mut serde_json::Serializer::with_formatter(&mut tabbed, formatter),
+        )
+        .map_err(|e| e.to_string())?;
+        let tabbed = String::from_utf8(tabbed)
+            .map_err(|e| e.to_string())?
+            .replace('\n', "\r\n");
+        let compact_read = read_cursor(line.as_bytes(), &policy_keys()).is_some();
+        for text in [pretty, tabbed] {
+            assert_agree(text.as_bytes(), &policy_keys()).map_err(|e| e.to_string())?;
+            assert_eq!(
+                read_cursor(text.as_bytes(), &policy_keys()).is_some(),
+                compact_read,
+                "{text}"
+            );
+        }
+        read += usize::from(compact_read);
+    }
+    assert!(read > 0);
+    Ok(())
+}
