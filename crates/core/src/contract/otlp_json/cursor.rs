@@ -240,12 +240,19 @@ impl<'a> Cursor<'a> {
     }
 
     /// The rest of a string whose opening quote is consumed.
+    #[inline]
     fn string_body(&mut self) -> Option<Cow<'a, str>> {
         let start = self.pos;
-        let end = match self.plain_body()? {
-            Ok(text) => return Some(Cow::Borrowed(text)),
-            Err(escape) => escape,
-        };
+        match self.plain_body()? {
+            Ok(text) => Some(Cow::Borrowed(text)),
+            Err(escape) => self.escaped_body(start, escape),
+        }
+    }
+
+    /// The rest of a string from `start` whose first escape is at `end`. Out of line: escapes
+    /// are rare, and their loop's setup cost every plain string more than the scan.
+    #[inline(never)]
+    fn escaped_body(&mut self, start: usize, end: usize) -> Option<Cow<'a, str>> {
         let mut owned = String::from(self.text.get(start..end)?);
         self.pos = end;
         loop {
