@@ -94,6 +94,21 @@ fn stops(word: u64) -> u64 {
         & HIGH
 }
 
+/// The value of 1 to 19 ASCII digits, as `u64`'s parse gives it (19 digits cannot overflow);
+/// `None` for any other text. A span's two times are such strings, and the parse's checked
+/// arithmetic was 15 instructions a digit.
+fn short_decimal(text: &str) -> Option<u64> {
+    let digits = text.as_bytes();
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(
+        digits
+            .iter()
+            .fold(0, |value, digit| value * 10 + u64::from(digit - b'0')),
+    )
+}
+
 /// Bit `i` set when byte `i` of `chunk` is `"`, `\\` or below 0x20, exact for the lowest set bit
 /// (the scan needs no more).
 #[cfg(target_arch = "x86_64")]
@@ -440,6 +455,17 @@ impl<'a> Cursor<'a> {
     /// A time: a u64 as a number or a decimal string.
     fn nanos(&mut self) -> Option<u64> {
         if self.peek()? == b'"' {
+            let start = self.pos;
+            self.pos += 1;
+            if let Some(nanos) = self
+                .plain_body()
+                .and_then(Result::ok)
+                .and_then(short_decimal)
+            {
+                return Some(nanos);
+            }
+            // A sign, an escape, 20 digits or more: `u64`'s own parse decides.
+            self.pos = start;
             return self.string()?.parse().ok();
         }
         u64::try_from(self.integer()?).ok()

@@ -345,3 +345,38 @@ fn pretty_printed_lines_are_read_by_the_cursor_as_the_decoded_path_reads_them() 
     assert!(read > 0);
     Ok(())
 }
+
+proptest! {
+    /// A time read by the cursor's short path is the value `u64`'s parse gives, and every
+    /// string of 1 to 19 digits takes that path.
+    #[test]
+    fn short_decimals_are_what_u64_parses(text in "[0-9+a-]{0,22}") {
+        let fast = super::short_decimal(&text);
+        if fast.is_some() {
+            prop_assert_eq!(fast, text.parse::<u64>().ok());
+        }
+        let digits = !text.is_empty() && text.len() <= 19 && text.bytes().all(|b| b.is_ascii_digit());
+        prop_assert_eq!(fast.is_some(), digits);
+    }
+}
+
+#[test]
+fn short_decimals_at_their_edges() {
+    for text in [
+        "0",
+        "0000000000000000001",
+        "9999999999999999999",
+        "1787659200100000000",
+    ] {
+        assert_eq!(super::short_decimal(text), text.parse().ok(), "{text}");
+    }
+    for text in [
+        "",
+        "+1",
+        "18446744073709551615",
+        "10000000000000000000",
+        "１",
+    ] {
+        assert_eq!(super::short_decimal(text), None, "{text}");
+    }
+}
