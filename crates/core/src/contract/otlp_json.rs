@@ -6,6 +6,7 @@
 //! `"0.5"`; non-finite values are dropped, which makes the attribute count as missing), and
 //! enum names (`"SPAN_KIND_CLIENT"`, `"STATUS_CODE_ERROR"`) instead of their numbers.
 
+mod bytes;
 mod cursor;
 mod facts;
 

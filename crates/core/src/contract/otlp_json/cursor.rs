@@ -16,6 +16,7 @@
 
 use std::borrow::Cow;
 
+use super::bytes::{stops, stops16};
 use super::facts::{
     hex_bytes, name_scope, span_reader, Resource, SPAN_KINDS, STATUS_CODES, STATUS_CODE_ERROR,
 };
@@ -81,19 +82,6 @@ struct Cursor<'a> {
     pos: usize,
 }
 
-/// The high bit of each byte of `word` (little-endian) that is `"`, `\` or below 0x20, exact
-/// for the lowest such byte (a borrow may flag bytes above it).
-fn stops(word: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let quote = word ^ (ONES * u64::from(b'"'));
-    let slash = word ^ (ONES * u64::from(b'\\'));
-    ((quote.wrapping_sub(ONES) & !quote)
-        | (slash.wrapping_sub(ONES) & !slash)
-        | (word.wrapping_sub(ONES * 0x20) & !word))
-        & HIGH
-}
-
 /// The value of 1 to 19 ASCII digits, as `u64`'s parse gives it (19 digits cannot overflow);
 /// `None` for any other text. A span's two times are such strings, and the parse's checked
 /// arithmetic was 15 instructions a digit.
@@ -107,47 +95,6 @@ fn short_decimal(text: &str) -> Option<u64> {
             .iter()
             .fold(0, |value, digit| value * 10 + u64::from(digit - b'0')),
     )
-}
-
-/// Bit `i` set when byte `i` of `chunk` is `"`, `\\` or below 0x20, exact for the lowest set bit
-/// (the scan needs no more).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn stops16(chunk: &[u8; 16]) -> u32 {
-    // Three byte-wise compares of all sixteen bytes: 2% fewer instructions in `replay` than two
-    // words of `stops` (BENCHMARKS.md, issue 18, twenty-third pass).
-    #[target_feature(enable = "sse2")]
-    fn sse2(chunk: &[u8; 16]) -> u32 {
-        use std::arch::x86_64::{
-            _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
-            _mm_set_epi64x, _mm_xor_si128,
-        };
-        let word = |half: &[u8]| half.try_into().map_or(0, i64::from_le_bytes);
-        // Compiled to one unaligned load.
-        let v = _mm_set_epi64x(word(&chunk[8..]), word(&chunk[..8]));
-        let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
-        let slash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
-        // `byte < 0x20` unsigned, by SSE2's signed compare with both sides shifted by 0x80.
-        let control = _mm_cmplt_epi8(
-            _mm_xor_si128(v, _mm_set1_epi8(i8::MIN)),
-            _mm_set1_epi8((0x20 ^ 0x80) as u8 as i8),
-        );
-        _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, slash), control)) as u32
-    }
-    // SAFETY: SSE2 is part of the x86_64 baseline, so every processor this runs on has it.
-    unsafe { sse2(chunk) }
-}
-
-/// As the x86_64 `stops16`, from two words of [`stops`].
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-fn stops16(chunk: &[u8; 16]) -> u32 {
-    let word = |half: &[u8]| half.try_into().map_or(0, u64::from_le_bytes);
-    match (stops(word(&chunk[..8])), stops(word(&chunk[8..]))) {
-        (0, 0) => 0,
-        (0, high) => 1 << (8 + high.trailing_zeros() / 8),
-        (low, _) => 1 << (low.trailing_zeros() / 8),
-    }
 }
 
 impl<'a> Cursor<'a> {

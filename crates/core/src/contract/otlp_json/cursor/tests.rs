@@ -290,26 +290,6 @@ fn a_stop_at_every_offset_of_the_scan_is_found() -> Result<(), String> {
     Ok(())
 }
 
-/// The sixteen-byte step flags exactly the bytes that end a plain run, whatever the byte and
-/// wherever it is, and nothing in a chunk of plain bytes (a signed compare would also flag the
-/// bytes from 0x80, which UTF-8 text is full of).
-#[test]
-fn the_sixteen_byte_step_flags_quotes_backslashes_and_control_bytes_only() {
-    for at in 0..16 {
-        for byte in 0..=u8::MAX {
-            let mut chunk = [b'm'; 16];
-            chunk[at] = byte;
-            let stop = byte == b'"' || byte == b'\\' || byte < 0x20;
-            let expected = if stop { 1 << at } else { 0 };
-            assert_eq!(super::stops16(&chunk), expected, "{byte:#04x} at {at}");
-        }
-    }
-    let mut chunk = [b'm'; 16];
-    chunk[3] = b'"';
-    chunk[9] = 0x01;
-    assert_eq!(super::stops16(&chunk).trailing_zeros(), 3);
-}
-
 /// Whitespace between every two tokens, as a pretty-printer puts it: a line the cursor reads
 /// compact (where each token's whitespace check is one compare) it reads pretty-printed too, to
 /// the decoded path's facts.
