@@ -1,10 +1,10 @@
 //! OTLP JSON read in one pass over the bytes, for the forms exporters write most.
 //!
 //! [`super::facts`] walks a line with serde's visitors; its profile is serde's machinery (key
-//! buffers, visitor dispatch, `ignore_value`), not the facts. This reader is a cursor over the
-//! line that knows the OTLP shape: keys are compared as borrowed slices, strings are scanned
-//! eight bytes at a time and borrowed unless they hold escapes, numbers are read where they are
-//! needed and only checked where they are not.
+//! buffers, visitor dispatch, `ignore_value`), not the facts. This reader is a cursor over the line
+//! that knows the OTLP shape: keys are compared as borrowed slices, strings are scanned sixteen
+//! bytes at a time ([`super::bytes`]) and borrowed unless they hold escapes, numbers are read where
+//! they are needed and only checked where they are not.
 //!
 //! It reads exactly what [`super::facts`] reads, and gives up (`None`) on anything else:
 //! escaped keys, surrogate escapes, duplicate fields, links, scope attributes, events other
