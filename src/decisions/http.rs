@@ -1,5 +1,5 @@
 //! `POST /v1/retry-decision` on the HTTP address: the decision messages in the proto3 JSON
-//! mapping ([`super::json`]).
+//! mapping (the `json` module beside this one).
 
 use std::sync::Arc;
 

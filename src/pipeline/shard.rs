@@ -216,7 +216,7 @@ impl Shard {
 
     /// Runs until every sender is dropped, then evaluates everything pending and completes
     /// every file. Call on a thread of its own: it blocks. The worker owns its timer: it waits
-    /// for the next message or its next deadline ([`Shard::next_wake`]), whichever comes first;
+    /// for the next message or its next deadline (`Shard::next_wake`), whichever comes first;
     /// `clock` is the runtime whose timers it waits on.
     pub fn run(
         mut self,

@@ -1,7 +1,7 @@
 //! `pricing import` / `pricing fetch` (SPEC §3 "Importing feeds"): converts a provider's or a
 //! gateway's price feed into a snapshot file, so nobody types a rate card.
 //!
-//! Each format reads its feed into exact prices ([`Exact`]); this module rounds each price once,
+//! Each format reads its feed into exact prices (`Exact`); this module rounds each price once,
 //! decides the version, renders deterministic JSON and writes it without ever replacing a
 //! different snapshot.
 

@@ -2,8 +2,8 @@
 //! or an object store: attempts and incremental spend by month × task type × spend class, and
 //! the requests that spent the most on retries.
 //!
-//! [`read`] lists and decodes the files, newest first; [`Report`] adds rows up (pure, no I/O),
-//! leaving out the copies of an attempt that older files hold ([`dedup`]); [`format`] prints
+//! [`mod@read`] lists and decodes the files, newest first; [`Report`] adds rows up (pure, no I/O),
+//! leaving out the copies of an attempt that older files hold ([`dedup`]); [`mod@format`] prints
 //! the result. Money is summed as `rust_decimal` straight from the decimal128 columns,
 //! never through a float, so every USD figure is exact.
 

@@ -78,7 +78,7 @@ pub mod attr {
     pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
     pub const LEGACY_HTTP_STATUS_CODE: &str = "http.status_code";
 
-    /// Every attribute key the contract reads, for [`super::known_key`].
+    /// Every attribute key the contract reads, for `known_key`.
     pub const KEYS: [&str; 48] = [
         SPAN_ROLE,
         REQUEST_ID,

@@ -10,7 +10,7 @@ use crate::contract::{SpanId, Symbol, TraceId};
 /// Everything the `attempts` table holds for one attempt span.
 ///
 /// Field names match the Parquet column names one to one; the column names themselves live in
-/// [`crate::sinks::parquet::schema`].
+/// the collector's `sinks::parquet::schema`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptRow {
     /// Span start, nanoseconds since the Unix epoch (UTC).

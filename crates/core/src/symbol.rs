@@ -41,8 +41,8 @@ struct Permanent {
 
 /// The shared copy of `text` (see [`Symbol`]).
 ///
-/// Within [`PERMANENT_BYTES`] the copy is permanent (`ArcStr::leak`): cloning and dropping it
-/// touch no reference count. A row clones a dozen symbols and drops them on another thread than
+/// Within `PERMANENT_BYTES` (1 MiB) the copy is permanent (`ArcStr::leak`): cloning and
+/// dropping it touch no reference count. A row clones a dozen symbols and drops them on another thread than
 /// the one that read them, and those counts' atomic updates, their cache lines moving between
 /// cores, were about 5% of `replay` (BENCHMARKS.md, issue 18, twenty-first pass).
 pub fn symbol(text: &str) -> Symbol {

@@ -3,5 +3,5 @@
 /// The table's directory under the output directory.
 pub const TABLE_DIR: &str = "attempts";
 
-/// Footer key holding a file's [`LsnRange`] as `min-max`.
+/// Footer key holding a file's [`crate::wal::LsnRange`] as `min-max`.
 pub const WAL_LSN_KEY: &str = "retry_spend.wal_lsn";

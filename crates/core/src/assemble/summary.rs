@@ -5,7 +5,7 @@
 //! model and family, its usage, its envelope, whether output reached the client, and what an
 //! envelope policy matches on (service, captured attributes). [`ContextSpan`] keeps exactly
 //! those, so the finished-request cache holds a fraction of a full [`SpanFacts`] per attempt,
-//! and [`encode`] / [`decode`] write them to the file `serve` keeps beside its write-ahead log,
+//! and [`Encoded`] / [`decode`] write them to the file `serve` keeps beside its write-ahead log,
 //! so that a late retry after a restart still finds its earlier attempts.
 //!
 //! File format, version 1 (integers little-endian; `varint` is unsigned LEB128, `zigzag` a
