@@ -16,6 +16,15 @@ pub(super) fn stops(word: u64) -> u64 {
         & HIGH
 }
 
+/// Sixteen bytes in one SSE2 register, byte `i` in lane `i`: compiled to one unaligned load,
+/// without the raw pointer `_mm_loadu_si128` takes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn load16(bytes: &[u8; 16]) -> std::arch::x86_64::__m128i {
+    let word = |half: &[u8]| half.try_into().map_or(0, i64::from_le_bytes);
+    std::arch::x86_64::_mm_set_epi64x(word(&bytes[8..]), word(&bytes[..8]))
+}
+
 /// Bit `i` set when byte `i` of `chunk` is `"`, `\\` or below 0x20, exact for the lowest set bit
 /// (the scan needs no more).
 #[cfg(target_arch = "x86_64")]
@@ -27,11 +36,9 @@ pub(super) fn stops16(chunk: &[u8; 16]) -> u32 {
     fn sse2(chunk: &[u8; 16]) -> u32 {
         use std::arch::x86_64::{
             _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
-            _mm_set_epi64x, _mm_xor_si128,
+            _mm_xor_si128,
         };
-        let word = |half: &[u8]| half.try_into().map_or(0, i64::from_le_bytes);
-        // Compiled to one unaligned load.
-        let v = _mm_set_epi64x(word(&chunk[8..]), word(&chunk[..8]));
+        let v = load16(chunk);
         let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
         let slash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
         // `byte < 0x20` unsigned, by SSE2's signed compare with both sides shifted by 0x80.
@@ -67,10 +74,9 @@ pub(super) fn hex16(digits: &[u8; 16]) -> Option<[u8; 8]> {
         use std::arch::x86_64::{
             _mm_and_si128, _mm_andnot_si128, _mm_cmpgt_epi8, _mm_cmplt_epi8, _mm_cvtsi128_si64,
             _mm_movemask_epi8, _mm_or_si128, _mm_packus_epi16, _mm_set1_epi16, _mm_set1_epi8,
-            _mm_set_epi64x, _mm_setzero_si128, _mm_slli_epi16, _mm_srli_epi16, _mm_sub_epi8,
+            _mm_setzero_si128, _mm_slli_epi16, _mm_srli_epi16, _mm_sub_epi8,
         };
-        let word = |half: &[u8]| half.try_into().map_or(0, i64::from_le_bytes);
-        let v = _mm_set_epi64x(word(&digits[8..]), word(&digits[..8]));
+        let v = load16(digits);
         // Signed compares: bytes from 0x80 are negative, so neither digits nor letters.
         let within = |v, low: u8, high: u8| {
             _mm_and_si128(
