@@ -87,14 +87,27 @@ struct Cursor<'a> {
 /// arithmetic was 15 instructions a digit.
 fn short_decimal(text: &str) -> Option<u64> {
     let digits = text.as_bytes();
-    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+    if digits.is_empty() || digits.len() > 19 {
         return None;
     }
-    Some(
-        digits
-            .iter()
-            .fold(0, |value, digit| value * 10 + u64::from(digit - b'0')),
-    )
+    let mut value = 0;
+    for &byte in digits {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value * 10 + u64::from(digit);
+    }
+    Some(value)
+}
+
+/// A string `intValue` as `i64`'s parse reads it, plain digits summed by [`short_decimal`].
+fn int64_text(text: &str) -> Option<i64> {
+    match short_decimal(text) {
+        Some(value) => i64::try_from(value).ok(),
+        // A sign, or 20 digits and more.
+        None => text.parse().ok(),
+    }
 }
 
 impl<'a> Cursor<'a> {
@@ -362,10 +375,12 @@ impl<'a> Cursor<'a> {
             Some(digits) => (true, digits),
             None => (false, token),
         };
-        if !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let magnitude: u64 = digits.parse().ok()?;
+        // Nearly every integer is short: `kind`, `flags`, the dropped counts.
+        let magnitude = match short_decimal(digits) {
+            Some(magnitude) => magnitude,
+            None if digits.bytes().all(|b| b.is_ascii_digit()) => digits.parse().ok()?,
+            None => return None,
+        };
         if negative {
             (magnitude != 0 && magnitude <= 1 << 63).then(|| -i128::from(magnitude))
         } else {
@@ -769,7 +784,7 @@ impl<'a> Cursor<'a> {
             b'i' => {
                 self.expect(br#"intValue":"#)?;
                 if self.expect(b"\"").is_some() {
-                    Val::Int(self.string_body()?.parse().ok()?)
+                    Val::Int(int64_text(&self.string_body()?)?)
                 } else {
                     Val::Int(i64::try_from(self.integer()?).ok()?)
                 }
@@ -817,7 +832,7 @@ impl<'a> Cursor<'a> {
                     if c.null()? {
                         None
                     } else if c.peek()? == b'"' {
-                        Some(Val::Int(c.string()?.parse().ok()?))
+                        Some(Val::Int(int64_text(&c.string()?)?))
                     } else {
                         Some(Val::Int(i64::try_from(c.integer()?).ok()?))
                     }
@@ -894,7 +909,7 @@ impl<'a> Cursor<'a> {
             match kind {
                 "stringValue" => string = Some(c.string()?),
                 "boolValue" => drop(c.bool()?),
-                "intValue" if c.peek()? == b'"' => drop(c.string()?.parse::<i64>().ok()?),
+                "intValue" if c.peek()? == b'"' => drop(int64_text(&c.string()?)?),
                 "intValue" => drop(i64::try_from(c.integer()?).ok()?),
                 "doubleValue" => drop(serde_json::from_str::<f64>(c.number()?).ok()?),
                 _ => return None,

@@ -338,6 +338,31 @@ proptest! {
         let digits = !text.is_empty() && text.len() <= 19 && text.bytes().all(|b| b.is_ascii_digit());
         prop_assert_eq!(fast.is_some(), digits);
     }
+
+    /// A string `intValue` is read exactly as `i64`'s parse reads it, signs and 19-digit
+    /// values past `i64::MAX` included.
+    #[test]
+    fn string_ints_are_what_i64_parses(text in "[-+]?[0-9]{0,21}|[0-9+a-]{0,22}") {
+        prop_assert_eq!(super::int64_text(&text), text.parse::<i64>().ok());
+    }
+}
+
+#[test]
+fn string_ints_at_their_edges() {
+    for text in [
+        "9223372036854775807",
+        "9223372036854775808",
+        "9999999999999999999",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "+0",
+        "-0",
+        "00000000000000000000042",
+        "",
+        "-",
+    ] {
+        assert_eq!(super::int64_text(text), text.parse::<i64>().ok(), "{text}");
+    }
 }
 
 #[test]
