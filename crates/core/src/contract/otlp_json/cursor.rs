@@ -91,7 +91,11 @@ fn short_decimal(text: &str) -> Option<u64> {
         return None;
     }
     let mut value = 0;
-    for &byte in digits {
+    let mut chunks = digits.chunks_exact(8);
+    for chunk in &mut chunks {
+        value = value * 100_000_000 + eight_digits(chunk)?;
+    }
+    for &byte in chunks.remainder() {
         let digit = byte.wrapping_sub(b'0');
         if digit > 9 {
             return None;
@@ -99,6 +103,29 @@ fn short_decimal(text: &str) -> Option<u64> {
         value = value * 10 + u64::from(digit);
     }
     Some(value)
+}
+
+/// The value of eight ASCII digits, `None` unless all eight are digits. A time's 19 digits
+/// were 15 instructions a digit through `u64`'s parse, 4 one at a time; this takes 8 at once
+/// with the multiply-and-shift steps of the SWAR decimal parse (as in `fast_float`).
+fn eight_digits(chunk: &[u8]) -> Option<u64> {
+    let bytes: [u8; 8] = chunk.try_into().ok()?;
+    let word = u64::from_le_bytes(bytes);
+    let values = word.wrapping_sub(0x3030_3030_3030_3030);
+    // A byte below b'0' borrows into its top bit; one above b'9' carries into it once 0x46
+    // (0x7f - b'9') is added.
+    if (values | word.wrapping_add(0x4646_4646_4646_4646)) & 0x8080_8080_8080_8080 != 0 {
+        return None;
+    }
+    // Pairs, then fours, then all eight: the first digit is the lowest byte.
+    let pairs = values.wrapping_mul(10).wrapping_add(values >> 8);
+    let low = pairs & 0x0000_00ff_0000_00ff;
+    let high = (pairs >> 16) & 0x0000_00ff_0000_00ff;
+    Some(
+        (low.wrapping_mul(100 + (1_000_000 << 32)))
+            .wrapping_add(high.wrapping_mul(1 + (10_000 << 32)))
+            >> 32,
+    )
 }
 
 /// A string `intValue` as `i64`'s parse reads it, plain digits summed by [`short_decimal`].

@@ -342,8 +342,47 @@ proptest! {
     /// A string `intValue` is read exactly as `i64`'s parse reads it, signs and 19-digit
     /// values past `i64::MAX` included.
     #[test]
+    fn digit_runs_with_one_odd_char_are_read_exactly(
+        text in "[0-9]{1,19}|[0-9]{0,12}[^0-9][0-9]{0,12}",
+    ) {
+        let digits = !text.is_empty()
+            && text.len() <= 19
+            && text.bytes().all(|b| b.is_ascii_digit());
+        let expected = if digits { text.parse::<u64>().ok() } else { None };
+        prop_assert_eq!(super::short_decimal(&text), expected);
+    }
+
+    #[test]
+    fn eight_digit_runs_are_what_u64_parses(text in "[0-9]{8}") {
+        prop_assert_eq!(super::eight_digits(text.as_bytes()), text.parse::<u64>().ok());
+    }
+
+    #[test]
     fn string_ints_are_what_i64_parses(text in "[-+]?[0-9]{0,21}|[0-9+a-]{0,22}") {
         prop_assert_eq!(super::int64_text(&text), text.parse::<i64>().ok());
+    }
+}
+
+/// Every byte value at every place of eight digits: refused unless it is a digit, and the
+/// value `u64`'s parse gives when it is.
+#[test]
+fn eight_digits_refuse_every_other_byte_and_read_every_digit() {
+    for place in 0..8 {
+        for byte in 0..=u8::MAX {
+            let mut chunk = *b"31415926";
+            chunk[place] = byte;
+            let read = super::eight_digits(&chunk);
+            if byte.is_ascii_digit() {
+                let text = std::str::from_utf8(&chunk).expect("digits");
+                assert_eq!(read, text.parse::<u64>().ok(), "{text}");
+            } else {
+                assert_eq!(read, None, "byte {byte:#04x} at {place}");
+            }
+        }
+    }
+    for chunk in [*b"00000000", *b"99999999", *b"00000001", *b"10000000"] {
+        let text = std::str::from_utf8(&chunk).expect("digits");
+        assert_eq!(super::eight_digits(&chunk), text.parse::<u64>().ok());
     }
 }
 
