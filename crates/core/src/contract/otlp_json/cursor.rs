@@ -65,6 +65,19 @@ enum Val<'a> {
 }
 
 impl Val<'_> {
+    /// Drops a value read, freeing only what it owns: most values own nothing, and the drop
+    /// glue, out of line, was a call per attribute (0.8% of `replay`).
+    #[inline(always)]
+    fn release(value: Option<Self>) {
+        match &value {
+            None
+            | Some(Val::Str(Cow::Borrowed(_)) | Val::Bool(_) | Val::Int(_) | Val::Double(_)) => {
+                std::mem::forget(value)
+            }
+            Some(_) => drop(value),
+        }
+    }
+
     fn as_ref(&self) -> ValueRef<'_> {
         match self {
             Val::Str(s) => ValueRef::Str(s),
@@ -541,6 +554,7 @@ impl<'a> Cursor<'a> {
                 c.array(|c| {
                     let (key, value) = c.attribute()?;
                     resource.attribute(&key, value.as_ref().map(Val::as_ref), keys);
+                    Val::release(value);
                     Some(())
                 })
             }
@@ -659,12 +673,13 @@ impl<'a> Cursor<'a> {
                 "attributes" => {
                     seen.first(9)?;
                     c.array(|c| {
-                        let (key, value) = c.attribute()?;
-                        let (key, value) = (&*key, value.as_ref().map(Val::as_ref));
+                        let (key, read) = c.attribute()?;
+                        let (key, value) = (&*key, read.as_ref().map(Val::as_ref));
                         if !keys.is_empty() {
                             reader.captured().capture_one(key, value, keys);
                         }
                         reader.attribute(key, value);
+                        Val::release(read);
                         Some(())
                     })?;
                 }
