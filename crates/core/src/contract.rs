@@ -381,6 +381,13 @@ type Interned<T> = std::cell::RefCell<std::collections::HashSet<Arc<T>, ahash::R
 
 thread_local! {
     static ENVELOPES: Interned<EnvelopeFields> = Interned::default();
+    /// The envelope this thread read last: requests of one service state the same one in
+    /// turn, and comparing with it is cheaper than hashing every field to find it. Weak, so
+    /// sharing counts (which the byte estimates read) are those of the table alone; and the
+    /// table is only ever cleared to take a new envelope, which then becomes the last, so the
+    /// last one is always in the table.
+    static LAST_ENVELOPE: std::cell::RefCell<std::sync::Weak<EnvelopeFields>> =
+        const { std::cell::RefCell::new(std::sync::Weak::new()) };
 }
 
 /// The shared copy of `value` if `table` holds one, else a new one it then holds. Past `limit`
@@ -404,7 +411,15 @@ where
 
 /// The shared copy of an envelope this thread has read before, else a new one.
 fn intern_envelope(env: EnvelopeFields) -> Arc<EnvelopeFields> {
-    ENVELOPES.with(|table| intern(table, env, INTERNED_ENVELOPES))
+    LAST_ENVELOPE.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some(shared) = last.upgrade().filter(|shared| **shared == env) {
+            return shared;
+        }
+        let shared = ENVELOPES.with(|table| intern(table, env, INTERNED_ENVELOPES));
+        *last = Arc::downgrade(&shared);
+        shared
+    })
 }
 
 impl EnvelopeFields {

@@ -833,6 +833,30 @@ fn spans_of_one_request_read_on_one_thread_share_its_id() {
     assert_eq!((&*a, &*o, &*n), ("req-shared-1", "req-shared-2", "42"));
 }
 
+/// Envelopes read in turn are shared, the last one read or an earlier one, and a span holds
+/// its envelope as often as the interning table alone would make it.
+#[test]
+fn envelopes_read_on_one_thread_are_shared_whichever_came_last() {
+    let envelope = |group: &str| {
+        facts(vec![
+            kv(attr::SPAN_ROLE, s("logical_request")),
+            kv(attr::BILLING_GROUP, s(group)),
+        ])
+        .envelope
+    };
+    let first = envelope("envelope-sharing-a");
+    let again = envelope("envelope-sharing-a");
+    let other = envelope("envelope-sharing-b");
+    let back = envelope("envelope-sharing-a");
+    assert!(Arc::ptr_eq(&first, &again));
+    assert!(Arc::ptr_eq(&first, &back));
+    assert!(!Arc::ptr_eq(&first, &other));
+    assert_eq!(other.billing_group.as_deref(), Some("envelope-sharing-b"));
+    // The table's copy and these three.
+    assert_eq!(Arc::strong_count(&first), 4);
+    assert_eq!(Arc::strong_count(&other), 2);
+}
+
 #[test]
 fn packed_counts_give_back_what_was_set_last() {
     let mut counts = PackedCounts::new([Count::Value(-1), Count::OutOfRange, Count::Missing]);
