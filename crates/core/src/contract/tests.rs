@@ -857,6 +857,25 @@ fn envelopes_read_on_one_thread_are_shared_whichever_came_last() {
     assert_eq!(Arc::strong_count(&other), 2);
 }
 
+/// A double read again, right after itself or after others, is the decimal its printed form
+/// gives, whatever was read before it.
+#[test]
+fn doubles_read_in_any_order_give_their_printed_decimal() {
+    let doubles = [
+        0.015, 0.015, 0.05, 0.015, -0.0, 0.0, -0.0, 1e21, 1e21, 5e-324, 0.1, 0.3, 0.1, -2.5, -2.5,
+        1e-7,
+    ];
+    for d in doubles {
+        assert_eq!(
+            super::double_to_decimal(d),
+            super::parse_lenient_decimal(&d.to_string()),
+            "{d:?}"
+        );
+    }
+    assert_eq!(super::double_to_decimal(f64::NAN), None);
+    assert_eq!(super::double_to_decimal(f64::INFINITY), None);
+}
+
 #[test]
 fn packed_counts_give_back_what_was_set_last() {
     let mut counts = PackedCounts::new([Count::Value(-1), Count::OutOfRange, Count::Missing]);
