@@ -16,6 +16,7 @@
 
 use std::borrow::Cow;
 
+use self::keys::{KeyOrder, QuotedKey};
 use super::bytes::{stops, stops16};
 use super::facts::{
     hex_bytes, name_scope, span_reader, Resource, SPAN_KINDS, STATUS_CODES, STATUS_CODE_ERROR,
@@ -27,13 +28,72 @@ pub(super) fn read(bytes: &[u8], keys: &AttributeKeys) -> Option<Vec<SpanFacts>>
     // Whole lines of hundreds of kilobytes: SIMD checks them several times faster than
     // `std::str::from_utf8`, with the same answer.
     let text = simdutf8::basic::from_utf8(bytes).ok()?;
-    let mut cursor = Cursor { text, pos: 0 };
+    let mut cursor = Cursor {
+        text,
+        pos: 0,
+        span_order: SPAN_ORDER.get(),
+    };
     // A span of OTLP JSON with GenAI attributes is a kilobyte or more: sized for that, a
     // line's facts (hundreds of bytes each) are not copied at every doubling.
     let mut spans = Vec::with_capacity(bytes.len() / 1024);
-    cursor.request(keys, &mut spans)?;
+    let read = cursor.request(keys, &mut spans);
+    SPAN_ORDER.set(cursor.span_order);
+    read?;
     cursor.ws();
     (cursor.pos == text.len()).then_some(spans)
+}
+
+/// A span's fields, as [`Cursor::span`] matches them.
+static SPAN_KEYS: [QuotedKey; 16] = [
+    QuotedKey::new("traceId"),
+    QuotedKey::new("spanId"),
+    QuotedKey::new("parentSpanId"),
+    QuotedKey::new("traceState"),
+    QuotedKey::new("flags"),
+    QuotedKey::new("name"),
+    QuotedKey::new("kind"),
+    QuotedKey::new("startTimeUnixNano"),
+    QuotedKey::new("endTimeUnixNano"),
+    QuotedKey::new("attributes"),
+    QuotedKey::new("droppedAttributesCount"),
+    QuotedKey::new("events"),
+    QuotedKey::new("droppedEventsCount"),
+    QuotedKey::new("links"),
+    QuotedKey::new("droppedLinksCount"),
+    QuotedKey::new("status"),
+];
+
+/// [`SPAN_KEYS`]' index of a span key.
+fn span_key_index(key: &str) -> Option<usize> {
+    Some(match key {
+        "traceId" => 0,
+        "spanId" => 1,
+        "parentSpanId" => 2,
+        "traceState" => 3,
+        "flags" => 4,
+        "name" => 5,
+        "kind" => 6,
+        "startTimeUnixNano" => 7,
+        "endTimeUnixNano" => 8,
+        "attributes" => 9,
+        "droppedAttributesCount" => 10,
+        "events" => 11,
+        "droppedEventsCount" => 12,
+        "links" => 13,
+        "droppedLinksCount" => 14,
+        "status" => 15,
+        _ => return None,
+    })
+}
+
+type SpanKeyOrder = KeyOrder<{ SPAN_KEYS.len() }>;
+
+thread_local! {
+    /// The order of a span's keys as this thread last read them: lines from one exporter
+    /// print them alike, and learning it again for every line cost more than it saved where
+    /// lines hold a few spans each (the instrumentation recordings).
+    static SPAN_ORDER: std::cell::Cell<SpanKeyOrder> =
+        const { std::cell::Cell::new(KeyOrder::new(&SPAN_KEYS, span_key_index)) };
 }
 
 /// Skipped values nest at most this deep below the field that holds them; serde_json refuses
@@ -93,6 +153,7 @@ impl Val<'_> {
 struct Cursor<'a> {
     text: &'a str,
     pos: usize,
+    span_order: SpanKeyOrder,
 }
 
 /// The value of 1 to 19 ASCII digits, as `u64`'s parse gives it (19 digits cannot overflow);
@@ -192,6 +253,52 @@ impl<'a> Cursor<'a> {
         loop {
             let key = self.key()?;
             self.eat(b':')?;
+            field(self, key)?;
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b'}' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// [`Cursor::object`] of an object whose keys `order` lists: each key is first checked
+    /// against the one that followed the previous key last time (see [`keys`]).
+    fn object_in_order<const K: usize>(
+        &mut self,
+        order: &mut KeyOrder<K>,
+        mut field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.pos += 1;
+            return Some(());
+        }
+        let mut previous = None;
+        loop {
+            self.ws();
+            let guessed = order.guess(previous).filter(|(_, quoted)| {
+                self.bytes()
+                    .get(self.pos..)
+                    .and_then(|rest| rest.first_chunk::<{ keys::SPAN }>())
+                    .is_some_and(|next| quoted.starts(next))
+            });
+            let key = match guessed {
+                Some((index, quoted)) => {
+                    self.pos += quoted.len;
+                    previous = Some(index);
+                    quoted.name
+                }
+                None => {
+                    let key = self.key()?;
+                    self.eat(b':')?;
+                    previous = order.learn(previous, key);
+                    key
+                }
+            };
             field(self, key)?;
             match self.peek()? {
                 b',' => self.pos += 1,
@@ -586,7 +693,10 @@ impl<'a> Cursor<'a> {
             }
             "spans" => {
                 seen.first(1)?;
-                c.array(|c| c.span(keys, out))
+                let mut order = c.span_order;
+                let read = c.array(|c| c.span(keys, &mut order, out));
+                c.span_order = order;
+                read
             }
             "schemaUrl" => {
                 seen.first(2)?;
@@ -625,11 +735,16 @@ impl<'a> Cursor<'a> {
         Some(name)
     }
 
-    fn span(&mut self, keys: &AttributeKeys, out: &mut Vec<SpanFacts>) -> Option<()> {
+    fn span(
+        &mut self,
+        keys: &AttributeKeys,
+        order: &mut SpanKeyOrder,
+        out: &mut Vec<SpanFacts>,
+    ) -> Option<()> {
         let mut reader = span_reader();
         let mut seen = Seen::default();
         let mut status_code = 0;
-        self.object(|c, key| {
+        self.object_in_order(order, |c, key| {
             match key {
                 "traceId" => {
                     seen.first(0)?;
@@ -963,5 +1078,6 @@ impl<'a> Cursor<'a> {
     }
 }
 
+mod keys;
 #[cfg(test)]
 mod tests;

@@ -424,3 +424,135 @@ fn short_decimals_at_their_edges() {
         assert_eq!(super::short_decimal(text), None, "{text}");
     }
 }
+
+/// A span's fields as `"key":value` pairs, in the order of the span keys' table, and keys a
+/// span may carry that the cursor does not read.
+fn span_fields(index: usize) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "traceId",
+            r#""0102030405060708090a0b0c0d0e0f10""#.to_owned(),
+        ),
+        ("spanId", format!(r#""{:016x}""#, index + 1)),
+        ("parentSpanId", r#""1112131415161718""#.to_owned()),
+        ("traceState", r#""""#.to_owned()),
+        ("flags", "256".to_owned()),
+        ("name", r#""chat gpt-4o""#.to_owned()),
+        ("kind", "3".to_owned()),
+        (
+            "startTimeUnixNano",
+            format!(r#""{}""#, 1_787_659_200_100_000_000u64 + index as u64),
+        ),
+        ("endTimeUnixNano", r#""1787659202100000000""#.to_owned()),
+        (
+            "attributes",
+            format!(
+                r#"[{{"key":"gen_ai.request.model","value":{{"stringValue":"gpt-4o"}}}},{{"key":"retry_spend.attempt.index","value":{{"intValue":"{index}"}}}}]"#
+            ),
+        ),
+        ("droppedAttributesCount", "0".to_owned()),
+        ("events", "[]".to_owned()),
+        ("droppedEventsCount", "0".to_owned()),
+        ("links", "[]".to_owned()),
+        ("droppedLinksCount", "0".to_owned()),
+        (
+            "status",
+            if index.is_multiple_of(2) {
+                "{}"
+            } else {
+                r#"{"code":2}"#
+            }
+            .to_owned(),
+        ),
+        ("names", r#""not a span key""#.to_owned()),
+        ("nam", "1".to_owned()),
+    ]
+}
+
+/// One span with its fields picked and ordered by `order` (indexes into [`span_fields`]),
+/// each written `"key":value`, or `"key" : value` where `spaced` says so.
+fn ordered_span(index: usize, order: &[usize], spaced: &[bool]) -> String {
+    let fields = span_fields(index);
+    let written: Vec<String> = order
+        .iter()
+        .enumerate()
+        .map(|(place, &field)| {
+            let (key, value) = &fields[field % fields.len()];
+            if spaced.get(place).copied().unwrap_or(false) {
+                format!(r#""{key}" : {value}"#)
+            } else {
+                format!(r#""{key}":{value}"#)
+            }
+        })
+        .collect();
+    format!("{{{}}}", written.join(","))
+}
+
+proptest! {
+    /// Spans whose fields come in any order, some missing, some unknown, some spaced, changing
+    /// from span to span and from line to line of one thread: the cursor, which guesses each
+    /// key from the order it saw last, reads every span as the decoded path does.
+    #[test]
+    fn spans_in_any_key_order_are_read_as_the_decoded_path_reads_them(
+        lines in prop::collection::vec(
+            prop::collection::vec(
+                (
+                    Just((0..18usize).collect::<Vec<_>>()).prop_shuffle(),
+                    0..18usize,
+                    prop::collection::vec(prop::bool::weighted(0.1), 18),
+                    any::<bool>(),
+                ),
+                1..6,
+            ),
+            1..4,
+        ),
+    ) {
+        for spans in &lines {
+            let written: Vec<String> = spans
+                .iter()
+                .enumerate()
+                .map(|(i, (shuffled, kept, spaced, same))| {
+                    // Half the spans keep the table's order of the fields they have, as an
+                    // exporter does; the rest are shuffled.
+                    let mut order: Vec<usize> = shuffled.iter().copied().filter(|&f| f < 2 || f >= *kept).collect();
+                    if *same {
+                        order.sort_unstable();
+                    }
+                    ordered_span(i, &order, spaced)
+                })
+                .collect();
+            let line = format!(
+                r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+                written.join(",")
+            );
+            let decoded = read_decoded(line.as_bytes(), &AttributeKeys::NONE);
+            let read = read_cursor(line.as_bytes(), &AttributeKeys::NONE);
+            prop_assert!(read.is_some(), "the cursor left {} to the other readers", line);
+            prop_assert_eq!(read, decoded.ok(), "{}", line);
+        }
+    }
+}
+
+/// The same span's fields in the exporters' order, then in another, then back, then near the
+/// end of the line, where fewer bytes are left than a key's compare takes.
+#[test]
+fn a_changed_key_order_is_followed_and_learned_again() {
+    let table: Vec<usize> = (0..16).collect();
+    let mut reversed = table.clone();
+    reversed.reverse();
+    let short = [0, 1, 5];
+    for order in [&table[..], &reversed, &table, &short, &table] {
+        let spans: Vec<String> = (0..3).map(|i| ordered_span(i, order, &[])).collect();
+        let line = format!(
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+            spans.join(",")
+        );
+        let decoded = read_decoded(line.as_bytes(), &AttributeKeys::NONE).unwrap();
+        assert_eq!(decoded.len(), 3);
+        assert_eq!(
+            read_cursor(line.as_bytes(), &AttributeKeys::NONE),
+            Some(decoded),
+            "{line}"
+        );
+    }
+}
