@@ -423,6 +423,40 @@ fn intern_envelope(env: EnvelopeFields) -> Arc<EnvelopeFields> {
 }
 
 impl EnvelopeFields {
+    /// Whether nothing was read: `== EnvelopeFields::default()` without building and dropping
+    /// one for every span read.
+    pub fn is_unstated(&self) -> bool {
+        // Every field by name: a field added must be given its test here.
+        let EnvelopeFields {
+            present,
+            json_invalid,
+            pricing_source,
+            pricing_checked_at,
+            pricing_version,
+            billing_group,
+            max_incremental_usd,
+            max_attempts_after_first,
+            allow_family_fallback,
+            allowed_fallback_families,
+            replay_safe,
+            assumed_output_cap,
+            task_type,
+        } = self;
+        !present
+            && !json_invalid
+            && pricing_source.is_none()
+            && pricing_checked_at.is_none()
+            && pricing_version.is_none()
+            && billing_group.is_none()
+            && max_incremental_usd.is_none()
+            && max_attempts_after_first.is_none()
+            && allow_family_fallback.is_none()
+            && allowed_fallback_families.is_none()
+            && replay_safe.is_none()
+            && assumed_output_cap.is_none()
+            && task_type.is_none()
+    }
+
     /// The shared value of a span that states no envelope.
     pub fn empty() -> Arc<EnvelopeFields> {
         static EMPTY: std::sync::LazyLock<Arc<EnvelopeFields>> =
@@ -1222,7 +1256,7 @@ impl FactsReader {
             operation,
             call_operation,
         } = self;
-        if env != EnvelopeFields::default() {
+        if !env.is_unstated() {
             facts.envelope = intern_envelope(env);
         }
         facts.provider = facts.provider.or(legacy_system);

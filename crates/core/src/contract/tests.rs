@@ -876,6 +876,71 @@ fn doubles_read_in_any_order_give_their_printed_decimal() {
     assert_eq!(super::double_to_decimal(f64::INFINITY), None);
 }
 
+/// `is_unstated` is `== default()`: true for the default, false with any one field set.
+#[test]
+fn an_envelope_is_unstated_only_when_it_is_the_default() {
+    let default = EnvelopeFields::default;
+    assert!(default().is_unstated());
+    let one_field_each = [
+        EnvelopeFields {
+            present: true,
+            ..default()
+        },
+        EnvelopeFields {
+            json_invalid: true,
+            ..default()
+        },
+        EnvelopeFields {
+            pricing_source: Some(symbol("s")),
+            ..default()
+        },
+        EnvelopeFields {
+            pricing_checked_at: chrono::NaiveDate::from_ymd_opt(2026, 8, 1),
+            ..default()
+        },
+        EnvelopeFields {
+            pricing_version: Some(symbol("v")),
+            ..default()
+        },
+        EnvelopeFields {
+            billing_group: Some(symbol("g")),
+            ..default()
+        },
+        EnvelopeFields {
+            max_incremental_usd: Some(Decimal::ZERO),
+            ..default()
+        },
+        EnvelopeFields {
+            max_attempts_after_first: Some(0),
+            ..default()
+        },
+        EnvelopeFields {
+            allow_family_fallback: Some(false),
+            ..default()
+        },
+        EnvelopeFields {
+            allowed_fallback_families: Some(Vec::new()),
+            ..default()
+        },
+        EnvelopeFields {
+            replay_safe: Some(false),
+            ..default()
+        },
+        EnvelopeFields {
+            assumed_output_cap: Some(0),
+            ..default()
+        },
+        EnvelopeFields {
+            task_type: Some(symbol("t")),
+            ..default()
+        },
+    ];
+    for envelope in one_field_each {
+        assert_ne!(envelope, default());
+        assert!(!envelope.is_unstated(), "{envelope:?}");
+    }
+}
+
 #[test]
 fn packed_counts_give_back_what_was_set_last() {
     let mut counts = PackedCounts::new([Count::Value(-1), Count::OutOfRange, Count::Missing]);
