@@ -1,5 +1,7 @@
 //! Resolving one request's envelope from every span that states it.
 
+use std::sync::Arc;
+
 use chrono::NaiveDate;
 
 use crate::contract::{EnvelopeFields, SpanFacts};
@@ -10,7 +12,9 @@ use crate::record::envelope_source;
 /// The envelope a request is judged by.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Envelope {
-    pub fields: EnvelopeFields,
+    /// Shared with the spans when one of them states it all (the usual request: its logical
+    /// span does, its attempts state nothing), so resolving copies no field.
+    pub fields: Arc<EnvelopeFields>,
     /// Two spans named different values for one field.
     pub conflict: bool,
     /// The policy the envelope came from, when the request's spans carried none.
@@ -38,11 +42,11 @@ impl Envelope {
     /// checked on or before `first_date` (attempt 0's start date), and the row records it.
     pub fn adopt(&mut self, policy: &Policy, book: &PricingBook, first_date: Option<NaiveDate>) {
         let mut fields = policy.envelope.clone();
-        if let Some(task_type) = self.fields.task_type.take() {
-            fields.task_type = Some(task_type);
+        if let Some(task_type) = &self.fields.task_type {
+            fields.task_type = Some(task_type.clone());
         }
         // The request's own spans' cap comes before the policy's (SPEC §4).
-        if let Some(cap) = self.fields.assumed_output_cap.take() {
+        if let Some(cap) = self.fields.assumed_output_cap {
             fields.assumed_output_cap = Some(cap);
         }
         if policy.pins_latest() {
@@ -55,7 +59,7 @@ impl Envelope {
                 None => self.latest_unresolved = true,
             }
         }
-        self.fields = fields;
+        self.fields = Arc::new(fields);
         self.policy = Some(policy.name.clone());
     }
 
@@ -76,12 +80,42 @@ pub fn resolve(
     attempts: &[&SpanFacts],
     others: &[SpanFacts],
 ) -> Envelope {
-    let sources = logical
-        .into_iter()
-        .chain(attempts.iter().copied())
-        .chain(others)
-        .flat_map(|span| std::iter::once(&span.envelope).chain(span.envelope_json.as_ref()));
+    let sources = || {
+        logical
+            .into_iter()
+            .chain(attempts.iter().copied())
+            .chain(others)
+            .flat_map(|span| std::iter::once(&span.envelope).chain(span.envelope_json.as_ref()))
+    };
+    // One envelope stated, by any number of spans sharing it, the rest stating nothing: the
+    // merge would give that envelope, field for field, without a conflict.
+    let mut stated: Option<&Arc<EnvelopeFields>> = None;
+    let single = sources().all(|source| {
+        if source.is_unstated() {
+            return true;
+        }
+        match stated {
+            None => {
+                stated = Some(source);
+                true
+            }
+            Some(first) => Arc::ptr_eq(first, source),
+        }
+    });
+    if single {
+        return Envelope {
+            fields: stated.map_or_else(EnvelopeFields::empty, Arc::clone),
+            conflict: false,
+            policy: None,
+            latest_unresolved: false,
+        };
+    }
 
+    merge_all(sources())
+}
+
+/// [`resolve`]'s merge, field by field, of `sources` in precedence order.
+fn merge_all<'s>(sources: impl Iterator<Item = &'s Arc<EnvelopeFields>>) -> Envelope {
     let mut merged = EnvelopeFields::default();
     let mut conflict = false;
     for source in sources {
@@ -112,9 +146,10 @@ pub fn resolve(
     // keeps the first value it meets, so on a conflict each figure already comes from the
     // logical request span, else from the lowest-index attempt that states it.
     Envelope {
-        fields: merged,
+        fields: Arc::new(merged),
         conflict,
-        ..Envelope::default()
+        policy: None,
+        latest_unresolved: false,
     }
 }
 
@@ -127,5 +162,86 @@ fn merge<T: Clone + PartialEq>(known: &mut Option<T>, value: &Option<T>) -> bool
             false
         }
         (Some(k), Some(v)) => k != v,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use rust_decimal::Decimal;
+
+    use super::*;
+
+    /// A few envelopes, unstated ones among them, and the spans that state them: shared, as
+    /// interning makes them, or equal copies, or different.
+    fn envelopes() -> Vec<Arc<EnvelopeFields>> {
+        let stated = EnvelopeFields {
+            present: true,
+            billing_group: Some("vip".into()),
+            max_incremental_usd: Some(Decimal::new(15, 3)),
+            max_attempts_after_first: Some(2),
+            allowed_fallback_families: Some(vec!["glm".into()]),
+            ..EnvelopeFields::default()
+        };
+        let shared = Arc::new(stated.clone());
+        vec![
+            EnvelopeFields::empty(),
+            Arc::new(EnvelopeFields::default()),
+            Arc::clone(&shared),
+            shared,
+            Arc::new(stated.clone()),
+            Arc::new(EnvelopeFields {
+                max_attempts_after_first: Some(3),
+                ..stated.clone()
+            }),
+            Arc::new(EnvelopeFields {
+                task_type: Some("summary".into()),
+                ..EnvelopeFields::default()
+            }),
+            Arc::new(EnvelopeFields {
+                present: true,
+                json_invalid: true,
+                ..EnvelopeFields::default()
+            }),
+        ]
+    }
+
+    fn span(envelope: Arc<EnvelopeFields>, json: Option<Arc<EnvelopeFields>>) -> SpanFacts {
+        SpanFacts {
+            envelope,
+            envelope_json: json,
+            ..SpanFacts::default()
+        }
+    }
+
+    proptest! {
+        /// Whatever spans state, shared or not, `resolve` gives what merging every field
+        /// gives.
+        #[test]
+        fn resolving_gives_the_merge_of_every_field(
+            picks in prop::collection::vec((0..8usize, prop::option::weighted(0.2, 0..8usize)), 0..6),
+            with_logical in any::<bool>(),
+            others in 0..2usize,
+        ) {
+            let pool = envelopes();
+            let spans: Vec<SpanFacts> = picks
+                .iter()
+                .map(|&(e, json)| span(Arc::clone(&pool[e]), json.map(|j| Arc::clone(&pool[j]))))
+                .collect();
+            let (logical, rest) = match spans.split_first() {
+                Some((first, rest)) if with_logical => (Some(first), rest),
+                _ => (None, &spans[..]),
+            };
+            let split = rest.len().saturating_sub(others);
+            let attempts: Vec<&SpanFacts> = rest[..split].iter().collect();
+            let others = &rest[split..];
+            let all = logical
+                .into_iter()
+                .chain(attempts.iter().copied())
+                .chain(others)
+                .flat_map(|span| std::iter::once(&span.envelope).chain(span.envelope_json.as_ref()));
+            let resolved = resolve(logical, &attempts, others);
+            prop_assert_eq!(&resolved, &merge_all(all));
+        }
     }
 }
