@@ -50,14 +50,16 @@ impl QuotedKey {
     }
 
     /// Whether `next`, the input from the key's opening quote on, starts with `"name":`.
+    #[inline]
     pub(super) fn starts(&self, next: &[u8; SPAN]) -> bool {
-        let mut differ = 0;
-        for (i, chunk) in next.chunks_exact(8).enumerate() {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            differ |= (u64::from_le_bytes(word) ^ self.words[i]) & self.masks[i];
-        }
-        differ == 0
+        // Inline and unrolled: a loop over the words, called, was 15 instructions a key.
+        const { assert!(WORDS == 4) };
+        let word = |i: usize| {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(&next[i * 8..i * 8 + 8]);
+            (u64::from_le_bytes(bytes) ^ self.words[i]) & self.masks[i]
+        };
+        word(0) | word(1) | word(2) | word(3) == 0
     }
 }
 
