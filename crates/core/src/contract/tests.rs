@@ -981,3 +981,19 @@ fn narrow_packed_counts_take_what_fits_their_values_and_refuse_the_rest() {
     assert_eq!(counts.all(), [Count::Missing; 2], "nothing set");
     assert!(std::mem::size_of::<PackedCounts<5, u32>>() <= 24);
 }
+
+/// Ids are written as the `hex` crate writes them: every byte value, at every place of a span
+/// and a trace id.
+#[test]
+fn ids_are_written_in_lowercase_hex_as_the_hex_crate_writes_them() {
+    for byte in 0..=u8::MAX {
+        for place in 0..16 {
+            let mut trace = [0x5a; 16];
+            trace[place] = byte;
+            assert_eq!(id_hex(&trace), hex::encode(trace));
+            let mut span = [0xa5; 8];
+            span[place % 8] = byte;
+            assert_eq!(id_hex(&span), hex::encode(span));
+        }
+    }
+}
