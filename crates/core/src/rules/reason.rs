@@ -277,6 +277,22 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any mantissa at any scale, trailing zeros of every count included.
+        #[test]
+        fn any_amount_reads_as_rust_decimal_writes_it(
+            digits in 0u64..1_000_000,
+            zeros in 0u32..19,
+            scale in 0u32..=28,
+            negative in proptest::prelude::any::<bool>(),
+        ) {
+            let mantissa = i128::from(digits) * 10i128.pow(zeros);
+            let d = Decimal::from_i128_with_scale(if negative { -mantissa } else { mantissa }, scale);
+            let mut buf = [0; PLAIN_DECIMAL_BYTES];
+            proptest::prop_assert_eq!(plain_decimal(d, &mut buf), d.normalize().to_string());
+        }
+    }
+
     /// Every decision, with and without each optional piece, reads as `write!` wrote it.
     #[test]
     fn the_sentence_reads_as_it_did_with_write() {
