@@ -244,25 +244,15 @@ impl<'a> Cursor<'a> {
     }
 
     /// An object, each field handed to `field` with its (unescaped) key.
-    fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
-        if self.peek()? == b'}' {
-            self.pos += 1;
-            return Some(());
-        }
-        loop {
-            let key = self.key()?;
-            self.eat(b':')?;
-            field(self, key)?;
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b'}' => {
-                    self.pos += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
+    fn object(&mut self, field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.fields(
+            |c| {
+                let key = c.key()?;
+                c.eat(b':')?;
+                Some(key)
+            },
+            field,
+        )
     }
 
     /// [`Cursor::object`] of an object whose keys `order` lists: each key is first checked
@@ -270,6 +260,42 @@ impl<'a> Cursor<'a> {
     fn object_in_order<const K: usize>(
         &mut self,
         order: &mut KeyOrder<K>,
+        field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        let mut previous = None;
+        self.fields(
+            |c| {
+                c.ws();
+                let guessed = order.guess(previous).filter(|(_, quoted)| {
+                    c.bytes()
+                        .get(c.pos..)
+                        .and_then(|rest| rest.first_chunk::<{ keys::SPAN }>())
+                        .is_some_and(|next| quoted.starts(next))
+                });
+                Some(match guessed {
+                    Some((index, quoted)) => {
+                        c.pos += quoted.len;
+                        previous = Some(index);
+                        quoted.name
+                    }
+                    None => {
+                        let key = c.key()?;
+                        c.eat(b':')?;
+                        previous = Some(order.learn(previous, key));
+                        key
+                    }
+                })
+            },
+            field,
+        )
+    }
+
+    /// An object's braces and commas: each field's key read by `key` (through its colon), its
+    /// value by `field`.
+    #[inline(always)]
+    fn fields(
+        &mut self,
+        mut key: impl FnMut(&mut Self) -> Option<&'a str>,
         mut field: impl FnMut(&mut Self, &'a str) -> Option<()>,
     ) -> Option<()> {
         self.eat(b'{')?;
@@ -277,29 +303,9 @@ impl<'a> Cursor<'a> {
             self.pos += 1;
             return Some(());
         }
-        let mut previous = None;
         loop {
-            self.ws();
-            let guessed = order.guess(previous).filter(|(_, quoted)| {
-                self.bytes()
-                    .get(self.pos..)
-                    .and_then(|rest| rest.first_chunk::<{ keys::SPAN }>())
-                    .is_some_and(|next| quoted.starts(next))
-            });
-            let key = match guessed {
-                Some((index, quoted)) => {
-                    self.pos += quoted.len;
-                    previous = Some(index);
-                    quoted.name
-                }
-                None => {
-                    let key = self.key()?;
-                    self.eat(b':')?;
-                    previous = order.learn(previous, key);
-                    key
-                }
-            };
-            field(self, key)?;
+            let name = key(self)?;
+            field(self, name)?;
             match self.peek()? {
                 b',' => self.pos += 1,
                 b'}' => {

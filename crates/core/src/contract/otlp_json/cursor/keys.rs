@@ -97,17 +97,19 @@ impl<const K: usize> KeyOrder<K> {
         Some((next, self.keys.get(next)?))
     }
 
-    /// Notes that `key` followed `previous`; returns its index, if it is one of the keys.
-    pub(super) fn learn(&mut self, previous: Option<usize>, key: &str) -> Option<usize> {
-        let index = (self.index)(key).filter(|&i| i < K);
+    /// Notes that `key` followed `previous`; returns the state after it: its index, or `K` when
+    /// it is none of the keys. After such a key nothing is guessed or learnt until the object
+    /// ends: taking it for the object's start made the key after it the next object's first
+    /// guess.
+    pub(super) fn learn(&mut self, previous: Option<usize>, key: &str) -> usize {
+        let index = (self.index)(key).filter(|&i| i < K).unwrap_or(K);
         let slot = match previous {
-            None => &mut self.first,
-            Some(i) => match self.next.get_mut(i) {
-                Some(slot) => slot,
-                None => return index,
-            },
+            None => Some(&mut self.first),
+            Some(i) => self.next.get_mut(i),
         };
-        *slot = index.map_or(K as u8, |i| i as u8);
+        if let Some(slot) = slot {
+            *slot = index as u8;
+        }
         index
     }
 }
@@ -163,9 +165,11 @@ mod tests {
     fn the_order_guesses_what_followed_last_and_forgets_unknown_keys() {
         let mut order = KeyOrder::new(&KEYS, index);
         assert!(order.guess(None).is_none());
-        assert_eq!(order.learn(None, "b"), Some(1));
-        assert_eq!(order.learn(Some(1), "a"), Some(0));
-        assert_eq!(order.learn(Some(0), "zz"), None);
+        assert_eq!(order.learn(None, "b"), 1);
+        assert_eq!(order.learn(Some(1), "a"), 0);
+        assert_eq!(order.learn(Some(0), "zz"), 3);
+        // After a key that is none of them, nothing is learnt: the object's first guess stays.
+        assert_eq!(order.learn(Some(3), "a"), 0);
         assert_eq!(order.guess(None).map(|(i, k)| (i, k.name)), Some((1, "b")));
         assert_eq!(
             order.guess(Some(1)).map(|(i, k)| (i, k.name)),
@@ -173,6 +177,7 @@ mod tests {
         );
         assert!(order.guess(Some(0)).is_none());
         assert!(order.guess(Some(7)).is_none());
-        assert_eq!(order.learn(Some(7), "c"), Some(2));
+        assert!(order.guess(Some(3)).is_none());
+        assert_eq!(order.learn(Some(7), "c"), 2);
     }
 }

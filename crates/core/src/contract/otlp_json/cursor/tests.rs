@@ -556,3 +556,12 @@ fn a_changed_key_order_is_followed_and_learned_again() {
         );
     }
 }
+
+/// The span keys' index names each key of the table at its place, and nothing else.
+#[test]
+fn the_span_key_index_is_the_tables_order() {
+    for (i, key) in super::SPAN_KEYS.iter().enumerate() {
+        assert_eq!(super::span_key_index(key.name), Some(i), "{}", key.name);
+    }
+    assert_eq!(super::span_key_index("resource"), None);
+}
