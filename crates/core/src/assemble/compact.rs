@@ -1,6 +1,6 @@
 //! The record a pending attempt is held as: its [`SpanFacts`] without what its group already
 //! names (trace id, request id), with the five counts packed and the facts few spans carry
-//! boxed together.
+//! boxed together, and its text facts and envelope shared with the attempts that repeat them.
 //!
 //! A request without `attempt_count` is held for `group_wait`, so a busy collector holds
 //! spans/s × `group_wait` attempts; as `SpanFacts` each was 280 bytes inline plus its own copy
@@ -15,12 +15,15 @@ use crate::contract::{
     SpanKind, Symbol, TraceId, UsageOrigin,
 };
 
-/// 128 bytes: one, two and three attempts fill mimalloc's 128-, 256- and 384-byte classes
-/// exactly. Values that do not fit the narrow fields (a parent other than the group's first, a
-/// count past `u32`, an index past `i16`) go to the boxed [`Rare`] facts.
+/// 72 bytes: one, two and three attempts take mimalloc's 80-, 144- and 224-byte classes.
+/// Values that do not fit the narrow fields (a parent other than the group's first, a count past
+/// `u32`, an index past `i16`) go to the boxed [`Rare`] facts.
 #[derive(Debug)]
 pub(super) struct PendingAttempt {
     span_id: SpanId,
+    /// Shared: a stream repeats a few services, models, error types and envelopes, and their
+    /// eight pointers were half of every held attempt.
+    facets: Arc<Facets>,
     start_time_unix_nano: u64,
     end_time_unix_nano: u64,
     /// Input, cached input, cache write, output, output cap; all missing when they are
@@ -30,6 +33,16 @@ pub(super) struct PendingAttempt {
     attempt_index: i16,
     /// Meaningful when `flags` has [`HAS_COUNT`] and not [`WIDE_INDEX`].
     attempt_count: u16,
+    rare: Option<Box<Rare>>,
+    flags: u16,
+    kind: SpanKind,
+    usage_origin: UsageOrigin,
+}
+
+/// An attempt's text facts and envelope, as the reader shared them: one record for every
+/// attempt that repeats them (see [`Facets::shared`]).
+#[derive(Debug)]
+struct Facets {
     service_name: Symbol,
     envelope: Arc<EnvelopeFields>,
     request_model: Option<Symbol>,
@@ -38,10 +51,62 @@ pub(super) struct PendingAttempt {
     model_family: Option<Symbol>,
     error_type: Option<Symbol>,
     scope: Option<Symbol>,
-    rare: Option<Box<Rare>>,
-    flags: u16,
-    kind: SpanKind,
-    usage_origin: UsageOrigin,
+}
+
+/// Facets a thread remembers, by the hash of their pointers: direct-mapped, so a stream of
+/// ever-new values costs one record each (as before they were shared) and never a growing table.
+const FACETS_PER_THREAD: usize = 256;
+
+thread_local! {
+    static FACETS: std::cell::RefCell<Vec<Option<Arc<Facets>>>> =
+        std::cell::RefCell::new(vec![None; FACETS_PER_THREAD]);
+}
+
+impl Facets {
+    /// The record of these facets this thread made last, when it holds the same values (the
+    /// same shared text and envelope, by address); else a new one, remembered in its place.
+    fn shared(self) -> Arc<Facets> {
+        let slot = (self.address_hash() >> 56) as usize % FACETS_PER_THREAD;
+        FACETS.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            let Some(place) = cache.get_mut(slot) else {
+                return Arc::new(self);
+            };
+            match place {
+                Some(known) if known.same_as(&self) => Arc::clone(known),
+                _ => Arc::clone(place.insert(Arc::new(self))),
+            }
+        })
+    }
+
+    fn addresses(&self) -> [usize; 8] {
+        fn text(symbol: &Option<Symbol>) -> usize {
+            symbol.as_ref().map_or(0, |s| s.as_ptr() as usize)
+        }
+        [
+            self.service_name.as_ptr() as usize,
+            Arc::as_ptr(&self.envelope) as usize,
+            text(&self.request_model),
+            text(&self.response_model),
+            text(&self.provider),
+            text(&self.model_family),
+            text(&self.error_type),
+            text(&self.scope),
+        ]
+    }
+
+    /// Addresses are the process's own, not a client's choice: a multiply-rotate mix is enough.
+    fn address_hash(&self) -> u64 {
+        self.addresses().iter().fold(0u64, |hash, &address| {
+            (hash ^ address as u64)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(29)
+        })
+    }
+
+    fn same_as(&self, other: &Facets) -> bool {
+        self.addresses() == other.addresses()
+    }
 }
 
 /// What few attempts carry: boxed once for all of it, absent for the rest.
@@ -182,13 +247,7 @@ impl PendingAttempt {
             }),
         };
         let (narrow_attempt_index, narrow_attempt_count) = narrow_index.unwrap_or_default();
-        PendingAttempt {
-            span_id,
-            start_time_unix_nano,
-            end_time_unix_nano,
-            counts: narrow_counts.unwrap_or_default(),
-            attempt_index: narrow_attempt_index,
-            attempt_count: narrow_attempt_count,
+        let facets = Facets {
             service_name,
             envelope,
             request_model,
@@ -197,6 +256,15 @@ impl PendingAttempt {
             model_family,
             error_type,
             scope,
+        };
+        PendingAttempt {
+            span_id,
+            facets: facets.shared(),
+            start_time_unix_nano,
+            end_time_unix_nano,
+            counts: narrow_counts.unwrap_or_default(),
+            attempt_index: narrow_attempt_index,
+            attempt_count: narrow_attempt_count,
             rare: (!rare.is_empty()).then(|| Box::new(rare)),
             flags: flag(parent_span_id.is_some(), HAS_PARENT)
                 | flag(attempt_index.is_some(), HAS_INDEX)
@@ -240,39 +308,49 @@ impl PendingAttempt {
             GroupKey::Parent { .. } | GroupKey::Single { .. } => request_id,
         };
         let trace_id: TraceId = *key.trace_id();
+        let Facets {
+            service_name,
+            envelope,
+            request_model,
+            response_model,
+            provider,
+            model_family,
+            error_type,
+            scope,
+        } = &*self.facets;
         SpanFacts {
             trace_id,
             span_id: self.span_id,
             parent_span_id: has(HAS_PARENT)
                 .then(|| parent_span_id.or(group_parent))
                 .flatten(),
-            service_name: self.service_name,
+            service_name: service_name.clone(),
             start_time_unix_nano: self.start_time_unix_nano,
             end_time_unix_nano: self.end_time_unix_nano,
             kind: self.kind,
             request_id,
             attempt_index: has(HAS_INDEX).then_some(attempt_index),
             attempt_count: has(HAS_COUNT).then_some(attempt_count),
-            envelope: self.envelope,
+            envelope: envelope.clone(),
             envelope_json,
-            request_model: self.request_model,
-            response_model: self.response_model,
-            provider: self.provider,
-            model_family: self.model_family,
+            request_model: request_model.clone(),
+            response_model: response_model.clone(),
+            provider: provider.clone(),
+            model_family: model_family.clone(),
             input_tokens,
             cached_input_tokens,
             cache_write_input_tokens,
             output_tokens,
             output_cap,
             output_reached_client: has(REACHED_KNOWN).then_some(has(REACHED)),
-            error_type: self.error_type,
+            error_type: error_type.clone(),
             failed: has(FAILED),
             status_error: has(STATUS_ERROR),
             sdk,
             captured,
             http,
             declared: has(DECLARED),
-            scope: self.scope,
+            scope: scope.clone(),
             server_address,
             resend_count,
             usage_origin: self.usage_origin,
@@ -307,7 +385,13 @@ impl PendingAttempt {
                         + http.host.as_ref().map_or(0, String::capacity)
                 })
         });
-        std::mem::size_of::<PendingAttempt>() + rare + envelope(&self.envelope)
+        // The first attempt to hold a record counts it (the thread's cache holds the other).
+        let facets = if Arc::strong_count(&self.facets) <= 2 {
+            std::mem::size_of::<Facets>() + 16 + envelope(&self.facets.envelope)
+        } else {
+            0
+        };
+        std::mem::size_of::<PendingAttempt>() + rare + facets
     }
 }
 
@@ -320,9 +404,10 @@ mod tests {
 
     #[test]
     fn attempts_fit_the_allocators_size_classes() {
-        // mimalloc's classes run 128, 160, 192, ..., 320, 384, 448, 512, 640: at 176 bytes an
-        // attempt one took 192, two 384 and three 640; at 160, three took 512.
-        assert!(std::mem::size_of::<PendingAttempt>() <= 128);
+        // mimalloc's classes run ..., 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448,
+        // 512, 640: at 176 bytes an attempt one took 192, two 384 and three 640; at 128, three
+        // took 384; at 72, three take 224.
+        assert!(std::mem::size_of::<PendingAttempt>() <= 72);
     }
 
     fn count() -> impl Strategy<Value = Count> {
@@ -455,5 +540,50 @@ mod tests {
         let packed = PendingAttempt::pack(span, &key, parent);
         assert!(packed.rare.is_none());
         assert!(std::mem::size_of::<PendingAttempt>() < std::mem::size_of::<SpanFacts>());
+    }
+
+    fn declared_attempt(error_type: Option<&str>) -> (SpanFacts, GroupKey) {
+        let mut span = SpanFacts::blank(crate::symbol::symbol("svc"));
+        span.kind = SpanKind::Attempt;
+        span.request_id = Some(Arc::from("req-1"));
+        span.request_model = Some(crate::symbol::symbol("gpt-4o"));
+        span.provider = Some(crate::symbol::symbol("openai"));
+        span.error_type = error_type.map(crate::symbol::symbol);
+        let key = GroupKey::of(&span).expect("an attempt has a key");
+        (span, key)
+    }
+
+    #[test]
+    fn attempts_that_repeat_their_facets_share_one_record_and_count_it_once() {
+        let (first, key) = declared_attempt(Some("rate_limit"));
+        let (second, _) = declared_attempt(Some("rate_limit"));
+        let (answer, _) = declared_attempt(None);
+        let a = PendingAttempt::pack(first.clone(), &key, None);
+        let b = PendingAttempt::pack(second.clone(), &key, None);
+        let c = PendingAttempt::pack(answer.clone(), &key, None);
+        assert!(Arc::ptr_eq(&a.facets, &b.facets));
+        assert!(!Arc::ptr_eq(&a.facets, &c.facets));
+        // The byte budget counts a record with the first attempt holding it, not the second.
+        let shared = std::mem::size_of::<Facets>() + 16;
+        assert_eq!(b.retained_bytes(), std::mem::size_of::<PendingAttempt>());
+        assert!(c.retained_bytes() >= std::mem::size_of::<PendingAttempt>() + shared);
+        assert_eq!(a.unpack(&key, None), first);
+        assert_eq!(b.unpack(&key, None), second);
+        assert_eq!(c.unpack(&key, None), answer);
+    }
+
+    #[test]
+    fn facets_past_the_threads_cache_each_unpack_to_their_own() {
+        // More distinct values than the cache has places: records are replaced, never mixed up.
+        let spans: Vec<(SpanFacts, GroupKey)> = (0..FACETS_PER_THREAD * 4)
+            .map(|n| declared_attempt(Some(&format!("error-{n}"))))
+            .collect();
+        let packed: Vec<PendingAttempt> = spans
+            .iter()
+            .map(|(span, key)| PendingAttempt::pack(span.clone(), key, None))
+            .collect();
+        for ((span, key), attempt) in spans.into_iter().zip(packed) {
+            assert_eq!(attempt.unpack(&key, None), span);
+        }
     }
 }
