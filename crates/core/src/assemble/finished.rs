@@ -7,9 +7,7 @@
 //! the next sweep. Under load every evaluated request evicts one; removing it from keyed maps
 //! was two hash-table removals in tables gone cold since the insert (BENCHMARKS.md, issue 18).
 
-use hashbrown::HashTable;
-
-use super::seq_ring::{sweep, SeqRing};
+use super::seq_ring::{SeqIndex, SeqRing};
 use super::{ContextSpan, GroupKey, SpanIds};
 use crate::contract::{SpanId, TraceId};
 
@@ -55,11 +53,10 @@ pub(super) struct Seq(u64);
 pub(super) struct FinishedCache {
     capacity: usize,
     ring: SeqRing<Slot>,
-    /// `(hash of the key, sequence number)`: the hash is kept so the table can grow without
-    /// the (possibly evicted) entry.
-    by_key: HashTable<(u64, u64)>,
-    /// `(hash of the trace and span ids, sequence number)` of every logical span id held.
-    by_logical: HashTable<(u64, u64)>,
+    /// By the hash of the key.
+    by_key: SeqIndex,
+    /// By the hash of the trace and span ids, every logical span id held.
+    by_logical: SeqIndex,
     live_logical: usize,
     hasher: ahash::RandomState,
 }
@@ -76,8 +73,8 @@ impl FinishedCache {
         FinishedCache {
             capacity,
             ring: SeqRing::default(),
-            by_key: HashTable::new(),
-            by_logical: HashTable::new(),
+            by_key: SeqIndex::default(),
+            by_logical: SeqIndex::default(),
             live_logical: 0,
             hasher: ahash::RandomState::new(),
         }
@@ -92,11 +89,9 @@ impl FinishedCache {
     }
 
     fn find(&self, hash: u64, key: &GroupKey) -> Option<u64> {
-        self.by_key
-            .find(hash, |&(h, seq)| {
-                h == hash && self.slot(seq).is_some_and(|s| s.key == *key)
-            })
-            .map(|&(_, seq)| seq)
+        self.by_key.find(hash, self.ring.head(), |seq| {
+            self.slot(seq).is_some_and(|s| s.key == *key)
+        })
     }
 
     /// The hash of `key` in this cache's indexes (and the pending groups', which share it).
@@ -156,8 +151,9 @@ impl FinishedCache {
             finished: Finished::default(),
         });
         let live = self.ring.len();
-        sweep(&mut self.by_key, self.ring.head(), live, live + SWEEP_SLACK);
-        self.by_key.insert_unique(hash, (hash, seq), |&(h, _)| h);
+        self.by_key
+            .sweep(self.ring.head(), live, live + SWEEP_SLACK);
+        self.by_key.insert(hash, seq);
         Some((Seq(seq), true))
     }
 
@@ -185,14 +181,9 @@ impl FinishedCache {
         let hash = self.hasher.hash_one((slot.key.trace_id(), &id));
         self.live_logical += 1;
         let live = self.live_logical;
-        sweep(
-            &mut self.by_logical,
-            self.ring.head(),
-            live,
-            live + SWEEP_SLACK,
-        );
         self.by_logical
-            .insert_unique(hash, (hash, seq.0), |&(h, _)| h);
+            .sweep(self.ring.head(), live, live + SWEEP_SLACK);
+        self.by_logical.insert(hash, seq.0);
     }
 
     /// Whether an entry holds the logical span `(trace_id, span_id)`.
@@ -202,11 +193,10 @@ impl FinishedCache {
         }
         let hash = self.hasher.hash_one((trace_id, span_id));
         self.by_logical
-            .find(hash, |&(h, seq)| {
-                h == hash
-                    && self.slot(seq).is_some_and(|s| {
-                        s.key.trace_id() == trace_id && s.finished.holds_logical(span_id)
-                    })
+            .find(hash, self.ring.head(), |seq| {
+                self.slot(seq).is_some_and(|s| {
+                    s.key.trace_id() == trace_id && s.finished.holds_logical(span_id)
+                })
             })
             .is_some()
     }

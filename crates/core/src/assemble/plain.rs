@@ -7,11 +7,10 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use hashbrown::HashTable;
 use smallvec::SmallVec;
 
 use super::infer::{infer_trace, EarlierTrace, Link, TraceSpans};
-use super::seq_ring::{sweep, SeqRing};
+use super::seq_ring::{SeqIndex, SeqRing};
 use super::ticks::Ticks;
 use super::{FastMap, FastSet, Origins, Ready};
 use crate::contract::{HttpTry, SpanFacts, SpanId, SpanKind, TraceId};
@@ -93,9 +92,8 @@ struct HeldTraces {
     /// One slot per held trace, by the time it was queued (its first span, or its latest when
     /// it came due and was requeued).
     queue: SeqRing<Slot>,
-    /// `(hash of the trace id, sequence number)`: one live entry per queued trace, the rest
-    /// stale.
-    index: HashTable<(u64, u64)>,
+    /// By the hash of the trace id: one live entry per queued trace, the rest stale.
+    index: SeqIndex,
     hasher: ahash::RandomState,
 }
 
@@ -115,14 +113,11 @@ impl HeldTraces {
     /// The sequence number of the trace's slot.
     fn find(&self, hash: u64, trace_id: &TraceId) -> Option<u64> {
         let queue = &self.queue;
-        self.index
-            .find(hash, |&(h, seq)| {
-                h == hash
-                    && queue
-                        .get(seq)
-                        .is_some_and(|slot| slot.trace_id == *trace_id)
-            })
-            .map(|&(_, seq)| seq)
+        self.index.find(hash, queue.head(), |seq| {
+            queue
+                .get(seq)
+                .is_some_and(|slot| slot.trace_id == *trace_id)
+        })
     }
 
     /// The trace's entry, queued at `now` with `make` when it has none.
@@ -146,18 +141,14 @@ impl HeldTraces {
 
     fn push(&mut self, hash: u64, trace_id: TraceId, queued: u64, held: Held) -> u64 {
         let live = self.queue.len();
-        sweep(
-            &mut self.index,
-            self.queue.head(),
-            live,
-            live / 4 + STALE_SWEPT,
-        );
+        self.index
+            .sweep(self.queue.head(), live, live / 4 + STALE_SWEPT);
         let seq = self.queue.push_back(Slot {
             trace_id,
             queued,
             held,
         });
-        self.index.insert_unique(hash, (hash, seq), |&(h, _)| h);
+        self.index.insert(hash, seq);
         seq
     }
 

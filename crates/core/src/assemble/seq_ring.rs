@@ -83,17 +83,82 @@ impl<T> SeqRing<T> {
     }
 }
 
-/// Drops an index's entries behind `head` once the index holds more than `live` plus
-/// `allowed_stale` of them.
-pub(super) fn sweep(
-    index: &mut HashTable<(u64, u64)>,
-    head: u64,
-    live: usize,
-    allowed_stale: usize,
-) {
-    if index.len() > live + allowed_stale {
-        index.retain(|&mut (_, seq)| seq >= head);
+/// An index of a [`SeqRing`]'s entries by hash, eight bytes an entry: the high half of the
+/// entry's hash (kept, so the table can grow without the entry, which may have left) and the
+/// low half of its sequence number (see [`full_seq`]). Every held trace and remembered request
+/// has an entry; at sixteen bytes they were a tenth of what a pending request held.
+#[derive(Debug, Default)]
+pub(super) struct SeqIndex {
+    table: HashTable<Named>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Named {
+    hash: u32,
+    seq: u32,
+}
+
+impl SeqIndex {
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.table.len()
     }
+
+    pub(super) fn clear(&mut self) {
+        self.table.clear();
+    }
+
+    /// The sequence number filed under `hash` that `matches`, the ring's head being `head`.
+    pub(super) fn find(
+        &self,
+        hash: u64,
+        head: u64,
+        mut matches: impl FnMut(u64) -> bool,
+    ) -> Option<u64> {
+        let high = high_half(hash);
+        self.table
+            .find(filed(high), |named| {
+                named.hash == high && matches(full_seq(named.seq, head))
+            })
+            .map(|named| full_seq(named.seq, head))
+    }
+
+    /// Files `seq` under `hash`.
+    pub(super) fn insert(&mut self, hash: u64, seq: u64) {
+        let high = high_half(hash);
+        let named = Named {
+            hash: high,
+            // The low half: `full_seq` gives the rest back.
+            seq: seq as u32,
+        };
+        self.table
+            .insert_unique(filed(high), named, |named| filed(named.hash));
+    }
+
+    /// Drops the entries behind `head` once there are more than `live` plus `allowed_stale`.
+    pub(super) fn sweep(&mut self, head: u64, live: usize, allowed_stale: usize) {
+        if self.table.len() > live + allowed_stale {
+            self.table.retain(|named| full_seq(named.seq, head) >= head);
+        }
+    }
+}
+
+fn high_half(hash: u64) -> u32 {
+    (hash >> 32) as u32
+}
+
+/// What the table files a half hash under: hashbrown takes its buckets from the low bits and
+/// its tag from the top seven.
+fn filed(high: u32) -> u64 {
+    (u64::from(high) << 32) | u64::from(high)
+}
+
+/// A sequence number from its low 32 bits and the ring's head: exact from 2^31 behind the head
+/// to 2^31 past it. Live entries are fewer than 2^31 past it (each holds memory), and a stale
+/// one is swept within the allowance plus the ring's length of departures.
+fn full_seq(low: u32, head: u64) -> u64 {
+    let offset = low.wrapping_sub(head as u32) as i32;
+    head.wrapping_add_signed(i64::from(offset))
 }
 
 #[cfg(test)]
@@ -121,17 +186,75 @@ mod tests {
         assert_eq!(ring.front(), Some(&'d'));
     }
 
+    fn every_seq(index: &SeqIndex, head: u64) -> Vec<u64> {
+        let mut seqs: Vec<u64> = index
+            .table
+            .iter()
+            .map(|named| full_seq(named.seq, head))
+            .collect();
+        seqs.sort_unstable();
+        seqs
+    }
+
     #[test]
     fn a_sweep_keeps_what_is_at_or_past_the_head_once_past_the_allowance() {
-        let mut index = HashTable::new();
-        for seq in 0..10u64 {
-            index.insert_unique(seq, (seq, seq), |&(h, _)| h);
+        for base in [0, u64::from(u32::MAX) - 5, 7 << 40] {
+            let mut index = SeqIndex::default();
+            for seq in base..base + 10 {
+                index.insert(seq.wrapping_mul(0x9E37_79B9_7F4A_7C15), seq);
+            }
+            index.sweep(base + 6, 4, 6);
+            assert_eq!(index.len(), 10, "within the allowance");
+            index.sweep(base + 6, 4, 5);
+            assert_eq!(
+                every_seq(&index, base + 6),
+                (base + 6..base + 10).collect::<Vec<_>>()
+            );
         }
-        sweep(&mut index, 6, 4, 6);
-        assert_eq!(index.len(), 10, "within the allowance");
-        sweep(&mut index, 6, 4, 5);
-        let mut left: Vec<u64> = index.iter().map(|&(_, seq)| seq).collect();
-        left.sort_unstable();
-        assert_eq!(left, [6, 7, 8, 9]);
+    }
+
+    #[test]
+    fn sequence_numbers_come_back_whole_around_the_head() {
+        for head in [
+            0,
+            1,
+            u64::from(u32::MAX),
+            1 << 32,
+            (1 << 32) + 3,
+            u64::MAX >> 1,
+        ] {
+            for seq in [head, head + 1, head + (1 << 31) - 1] {
+                assert_eq!(full_seq(seq as u32, head), seq, "{seq} past {head}");
+            }
+            for behind in [1, 1000, 1 << 31] {
+                if let Some(seq) = head.checked_sub(behind) {
+                    assert_eq!(full_seq(seq as u32, head), seq, "{seq} behind {head}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn entries_are_found_by_hash_and_match_across_the_low_halfs_wrap() {
+        let hasher = ahash::RandomState::new();
+        let mut ring = SeqRing {
+            items: VecDeque::new(),
+            head: u64::from(u32::MAX) - 100,
+        };
+        let mut index = SeqIndex::default();
+        for n in 0..300u64 {
+            let seq = ring.push_back(n);
+            index.insert(hasher.hash_one(n), seq);
+        }
+        for _ in 0..50 {
+            ring.pop_front();
+        }
+        for n in 0..300u64 {
+            let found = index.find(hasher.hash_one(n), ring.head(), |seq| {
+                ring.get(seq) == Some(&n)
+            });
+            let expected = (n >= 50).then(|| u64::from(u32::MAX) - 100 + n);
+            assert_eq!(found, expected, "{n}");
+        }
     }
 }
