@@ -13,7 +13,7 @@ use hashbrown::HashTable;
 
 use super::slab::Slab;
 use super::ContextSpan;
-use crate::contract::{SpanId, TraceId};
+use crate::contract::{CapturedAttributes, EnvelopeFields, PackedCounts, SpanId, Symbol, TraceId};
 
 /// A logical span waiting for its attempts, held as the finished cache holds one, as context:
 /// the rules read its envelope, policy attributes and request id, not the rest of its 344 bytes.
@@ -27,22 +27,117 @@ pub(super) struct WaitingLogical {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct LogicalPlace(u32);
 
-/// 160 bytes: the indexes' hashes are computed again where they are needed (a table that
-/// grows, a span that leaves) rather than kept, and no origin is [`NO_ORIGIN`], not an
-/// `Option`'s sixteen bytes.
+/// 88 bytes: what a waiting logical span holds as a rule, the rest boxed when it has any (see
+/// [`Rest`]). The indexes' hashes are computed again where they are needed (a table that grows,
+/// a span that leaves) rather than kept, and no origin is [`NO_ORIGIN`], not an `Option`'s
+/// sixteen bytes. As a [`ContextSpan`] beside its trace id it took 160.
 #[derive(Debug)]
-struct Entry {
+pub(super) struct Entry {
     trace_id: TraceId,
-    span: ContextSpan,
+    pub(super) span_id: SpanId,
+    start_time_unix_nano: u64,
     origin: u64,
+    pub(super) request_id: Option<Arc<str>>,
+    service_name: Symbol,
+    envelope: Arc<EnvelopeFields>,
+    pub(super) attempt_count: Option<u32>,
+    rest: Option<Box<Rest>>,
+}
+
+/// What a logical span carries less often: tokens, models and the output flag are its
+/// attempts' as a rule.
+#[derive(Debug, Default, PartialEq)]
+struct Rest {
+    attempt_index: Option<i32>,
+    envelope_json: Option<Arc<EnvelopeFields>>,
+    request_model: Option<Symbol>,
+    model_family: Option<Symbol>,
+    counts: PackedCounts<4>,
+    output_reached_client: Option<bool>,
+    captured: CapturedAttributes,
 }
 
 /// Origins are record numbers, which never reach it.
 const NO_ORIGIN: u64 = u64::MAX;
 
 impl Entry {
+    fn new(trace_id: TraceId, logical: WaitingLogical) -> Entry {
+        // Every field by name: a fact added to `ContextSpan` must be given a place here.
+        let WaitingLogical {
+            span:
+                ContextSpan {
+                    span_id,
+                    start_time_unix_nano,
+                    attempt_index,
+                    attempt_count,
+                    service_name,
+                    request_id,
+                    envelope,
+                    envelope_json,
+                    request_model,
+                    model_family,
+                    counts,
+                    output_reached_client,
+                    captured,
+                },
+            origin,
+        } = logical;
+        let rest = Rest {
+            attempt_index,
+            envelope_json,
+            request_model,
+            model_family,
+            counts,
+            output_reached_client,
+            captured,
+        };
+        Entry {
+            trace_id,
+            span_id,
+            start_time_unix_nano,
+            origin: origin.unwrap_or(NO_ORIGIN),
+            request_id,
+            service_name,
+            envelope,
+            attempt_count,
+            rest: (rest != Rest::default()).then(|| Box::new(rest)),
+        }
+    }
+
+    /// The logical span [`Entry::new`] was given.
+    fn into_logical(self) -> WaitingLogical {
+        let origin = self.origin();
+        let Rest {
+            attempt_index,
+            envelope_json,
+            request_model,
+            model_family,
+            counts,
+            output_reached_client,
+            captured,
+        } = self.rest.map(|rest| *rest).unwrap_or_default();
+        WaitingLogical {
+            span: ContextSpan {
+                span_id: self.span_id,
+                start_time_unix_nano: self.start_time_unix_nano,
+                attempt_index,
+                attempt_count: self.attempt_count,
+                service_name: self.service_name,
+                request_id: self.request_id,
+                envelope: self.envelope,
+                envelope_json,
+                request_model,
+                model_family,
+                counts,
+                output_reached_client,
+                captured,
+            },
+            origin,
+        }
+    }
+
     fn is_request(&self, trace_id: &TraceId, request_id: &str) -> bool {
-        self.trace_id == *trace_id && self.span.request_id.as_deref() == Some(request_id)
+        self.trace_id == *trace_id && self.request_id.as_deref() == Some(request_id)
     }
 
     fn origin(&self) -> Option<u64> {
@@ -51,12 +146,12 @@ impl Entry {
 
     /// The hash `by_span` files it under.
     fn span_hash(&self, hasher: &ahash::RandomState) -> u64 {
-        span_hash(hasher, &self.trace_id, &self.span.span_id)
+        span_hash(hasher, &self.trace_id, &self.span_id)
     }
 
     /// The hash `by_request` files it under, when it has a request id.
     fn request_hash(&self, hasher: &ahash::RandomState) -> Option<u64> {
-        let id = self.span.request_id.as_deref()?;
+        let id = self.request_id.as_deref()?;
         Some(request_hash(hasher, &self.trace_id, id))
     }
 }
@@ -105,7 +200,7 @@ impl WaitingLogicals {
         self.by_span
             .find(hash, |&place| {
                 self.entry(place)
-                    .is_some_and(|e| e.span.span_id == *span_id && e.trace_id == *trace_id)
+                    .is_some_and(|e| e.span_id == *span_id && e.trace_id == *trace_id)
             })
             .map(|&place| LogicalPlace(place))
     }
@@ -125,25 +220,20 @@ impl WaitingLogicals {
             .map(|&place| LogicalPlace(place))
     }
 
-    pub(super) fn at(&self, place: LogicalPlace) -> Option<&ContextSpan> {
-        self.entry(place.0).map(|e| &e.span)
+    pub(super) fn at(&self, place: LogicalPlace) -> Option<&Entry> {
+        self.entry(place.0)
     }
 
-    pub(super) fn get(&self, trace_id: &TraceId, span_id: &SpanId) -> Option<&ContextSpan> {
+    pub(super) fn get(&self, trace_id: &TraceId, span_id: &SpanId) -> Option<&Entry> {
         self.at(self.place_of(trace_id, span_id)?)
     }
 
     /// Files a logical span not waiting yet; it becomes the one its request id names.
     pub(super) fn insert(&mut self, trace_id: TraceId, logical: WaitingLogical) {
-        let WaitingLogical { span, origin } = logical;
-        self.counted += usize::from(span.attempt_count.is_some());
+        let entry = Entry::new(trace_id, logical);
+        self.counted += usize::from(entry.attempt_count.is_some());
         let hasher = &self.hasher;
-        let request_id: Option<Arc<str>> = span.request_id.clone();
-        let entry = Entry {
-            trace_id,
-            span,
-            origin: origin.unwrap_or(NO_ORIGIN),
-        };
+        let request_id: Option<Arc<str>> = entry.request_id.clone();
         let (by_span, by_request) = (entry.span_hash(hasher), entry.request_hash(hasher));
         let (place, _) = self.slab.insert(entry);
         let slab = &self.slab;
@@ -171,7 +261,7 @@ impl WaitingLogicals {
     /// Takes the logical span at `place` out of the slab and both indexes.
     pub(super) fn remove_at(&mut self, place: LogicalPlace) -> Option<WaitingLogical> {
         let entry = self.slab.remove(place.0)?;
-        self.counted -= usize::from(entry.span.attempt_count.is_some());
+        self.counted -= usize::from(entry.attempt_count.is_some());
         let hasher = &self.hasher;
         if let Ok(found) = self
             .by_span
@@ -179,9 +269,7 @@ impl WaitingLogicals {
         {
             found.remove();
         }
-        if let (Some(hash), Some(id)) =
-            (entry.request_hash(hasher), entry.span.request_id.as_deref())
-        {
+        if let (Some(hash), Some(id)) = (entry.request_hash(hasher), entry.request_id.as_deref()) {
             let slab = &self.slab;
             let named = self.by_request.find_entry(hash, |&p| {
                 p == place.0
@@ -193,11 +281,7 @@ impl WaitingLogicals {
                 named.remove();
             }
         }
-        let origin = entry.origin();
-        Some(WaitingLogical {
-            span: entry.span,
-            origin,
-        })
+        Some(entry.into_logical())
     }
 
     pub(super) fn remove(
@@ -242,7 +326,77 @@ mod tests {
 
     #[test]
     fn an_entry_keeps_no_hashes_and_no_option_of_its_origin() {
-        assert!(std::mem::size_of::<Entry>() <= std::mem::size_of::<ContextSpan>() + 24);
+        assert!(std::mem::size_of::<Entry>() <= 88);
+    }
+
+    #[test]
+    fn a_waiting_span_leaves_as_it_came_with_or_without_its_rest() {
+        let plain = logical(1, Some("r"));
+        let mut full = logical(2, None);
+        full.span.attempt_index = Some(-1);
+        full.span.attempt_count = Some(3);
+        full.span.envelope_json = Some(Arc::new(EnvelopeFields {
+            present: true,
+            ..EnvelopeFields::default()
+        }));
+        full.span.request_model = Some("gpt-4o".into());
+        full.span.model_family = Some("gpt".into());
+        full.span.counts = PackedCounts::new([
+            crate::contract::Count::Value(7),
+            crate::contract::Count::OutOfRange,
+            crate::contract::Count::Missing,
+            crate::contract::Count::Value(u32::MAX.into()),
+        ]);
+        full.span.output_reached_client = Some(false);
+        full.span.captured = CapturedAttributes::from_pairs(vec![("a".into(), "b".into())]);
+        let mut logicals = WaitingLogicals::default();
+        for waiting in [plain, full] {
+            let expected = (waiting.span.clone(), waiting.origin);
+            let id = waiting.span.span_id;
+            logicals.insert(TRACE, waiting);
+            let entry = logicals.get(&TRACE, &id).expect("it waits");
+            assert_eq!(
+                entry.rest.is_some(),
+                id == [2; 8],
+                "only the second has a rest"
+            );
+            let back = logicals.remove(&TRACE, &id).expect("it waits");
+            assert_eq!((back.span, back.origin), expected);
+        }
+        // Each of the rest's facts alone makes a rest.
+        for set in 0..7 {
+            let mut waiting = logical(3, None);
+            let span = &mut waiting.span;
+            match set {
+                0 => span.attempt_index = Some(0),
+                1 => span.envelope_json = Some(Arc::default()),
+                2 => span.request_model = Some("m".into()),
+                3 => span.model_family = Some("f".into()),
+                4 => {
+                    span.counts = PackedCounts::new([
+                        crate::contract::Count::Missing,
+                        crate::contract::Count::Value(0),
+                        crate::contract::Count::Missing,
+                        crate::contract::Count::Missing,
+                    ])
+                }
+                5 => span.output_reached_client = Some(true),
+                _ => {
+                    span.captured =
+                        CapturedAttributes::from_pairs(vec![("k".into(), String::new())])
+                }
+            }
+            let expected = waiting.span.clone();
+            logicals.insert(TRACE, waiting);
+            assert!(
+                logicals
+                    .get(&TRACE, &[3; 8])
+                    .is_some_and(|e| e.rest.is_some()),
+                "fact {set}"
+            );
+            let back = logicals.remove(&TRACE, &[3; 8]).map(|w| w.span);
+            assert_eq!(back, Some(expected), "fact {set}");
+        }
     }
 
     #[test]
