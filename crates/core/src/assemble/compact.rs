@@ -53,12 +53,15 @@ struct Facets {
     scope: Option<Symbol>,
 }
 
-/// Facets a thread remembers, by the hash of their pointers: direct-mapped, so a stream of
+/// Facets a thread remembers, by the hash of their addresses: direct-mapped, so a stream of
 /// ever-new values costs one record each (as before they were shared) and never a growing table.
 const FACETS_PER_THREAD: usize = 256;
 
+/// The addresses of a record's texts and envelope (0 for none), which name it in the cache.
+type Addresses = [usize; 8];
+
 thread_local! {
-    static FACETS: std::cell::RefCell<Vec<Option<Arc<Facets>>>> =
+    static FACETS: std::cell::RefCell<Vec<Option<(Addresses, Arc<Facets>)>>> =
         std::cell::RefCell::new(vec![None; FACETS_PER_THREAD]);
 }
 
@@ -66,20 +69,28 @@ impl Facets {
     /// The record of these facets this thread made last, when it holds the same values (the
     /// same shared text and envelope, by address); else a new one, remembered in its place.
     fn shared(self) -> Arc<Facets> {
-        let slot = (self.address_hash() >> 56) as usize % FACETS_PER_THREAD;
+        let addresses = self.addresses();
+        // Addresses are the process's own, not a client's choice: a multiply-rotate mix is
+        // enough.
+        let hash = addresses.iter().fold(0u64, |hash, &address| {
+            (hash ^ address as u64)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(29)
+        });
+        let slot = (hash >> 56) as usize % FACETS_PER_THREAD;
         FACETS.with(|cache| {
             let mut cache = cache.borrow_mut();
             let Some(place) = cache.get_mut(slot) else {
                 return Arc::new(self);
             };
             match place {
-                Some(known) if known.same_as(&self) => Arc::clone(known),
-                _ => Arc::clone(place.insert(Arc::new(self))),
+                Some((known, facets)) if *known == addresses => Arc::clone(facets),
+                _ => Arc::clone(&place.insert((addresses, Arc::new(self))).1),
             }
         })
     }
 
-    fn addresses(&self) -> [usize; 8] {
+    fn addresses(&self) -> Addresses {
         fn text(symbol: &Option<Symbol>) -> usize {
             symbol.as_ref().map_or(0, |s| s.as_ptr() as usize)
         }
@@ -93,19 +104,6 @@ impl Facets {
             text(&self.error_type),
             text(&self.scope),
         ]
-    }
-
-    /// Addresses are the process's own, not a client's choice: a multiply-rotate mix is enough.
-    fn address_hash(&self) -> u64 {
-        self.addresses().iter().fold(0u64, |hash, &address| {
-            (hash ^ address as u64)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .rotate_left(29)
-        })
-    }
-
-    fn same_as(&self, other: &Facets) -> bool {
-        self.addresses() == other.addresses()
     }
 }
 
