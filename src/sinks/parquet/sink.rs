@@ -24,7 +24,7 @@ use super::instance;
 use super::layout::{TABLE_DIR, WAL_LSN_KEY};
 use super::remote::upload::relative_key;
 use super::remote::{Staged, UploadError, Uploader};
-use super::schema::{attempts_schema, HIGH_CARDINALITY_COLUMNS};
+use super::schema::{attempts_schema, HIGH_CARDINALITY_COLUMNS, UNIQUE_TIME_COLUMNS};
 use super::ParquetSinkError;
 use crate::config_kernel::join_problems;
 use crate::record::AttemptRow;
@@ -696,6 +696,9 @@ fn writer_properties(config: &ParquetExporterConfig) -> WriterProperties {
         builder = builder
             .set_column_dictionary_enabled(ColumnPath::from(*column), false)
             .set_column_statistics_enabled(ColumnPath::from(*column), EnabledStatistics::None);
+    }
+    for column in UNIQUE_TIME_COLUMNS {
+        builder = builder.set_column_dictionary_enabled(ColumnPath::from(*column), false);
     }
     builder.build()
 }

@@ -575,6 +575,8 @@ fn files_are_zstd_with_dictionaries_for_repeated_values() {
     assert!(encodings(schema::DECISION).contains(&Encoding::RLE_DICTIONARY));
     assert!(encodings(schema::RETRY_MODEL).contains(&Encoding::RLE_DICTIONARY));
     assert!(!encodings(schema::SPAN_ID).contains(&Encoding::RLE_DICTIONARY));
+    assert!(!encodings(schema::EVENT_TIME).contains(&Encoding::RLE_DICTIONARY));
+    assert!(!encodings(schema::END_TIME).contains(&Encoding::RLE_DICTIONARY));
 }
 
 #[test]
