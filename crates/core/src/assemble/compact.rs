@@ -60,8 +60,11 @@ const FACETS_PER_THREAD: usize = 256;
 /// The addresses of a record's texts and envelope (0 for none), which name it in the cache.
 type Addresses = [usize; 8];
 
+/// A thread's places, each empty or holding a record and the addresses that name it.
+type FacetsCache = Vec<Option<(Addresses, Arc<Facets>)>>;
+
 thread_local! {
-    static FACETS: std::cell::RefCell<Vec<Option<(Addresses, Arc<Facets>)>>> =
+    static FACETS: std::cell::RefCell<FacetsCache> =
         std::cell::RefCell::new(vec![None; FACETS_PER_THREAD]);
 }
 
