@@ -15,7 +15,7 @@ use crate::contract::{
     SpanKind, Symbol, TraceId, UsageOrigin,
 };
 
-/// 72 bytes: one, two and three attempts take mimalloc's 80-, 144- and 224-byte classes.
+/// 72 bytes: one, two and three attempts take mimalloc's 80-, 160- and 224-byte classes.
 /// Values that do not fit the narrow fields (a parent other than the group's first, a count past
 /// `u32`, an index past `i16`) go to the boxed [`Rare`] facts.
 #[derive(Debug)]
@@ -72,6 +72,12 @@ impl Facets {
     /// The record of these facets this thread made last, when it holds the same values (the
     /// same shared text and envelope, by address); else a new one, remembered in its place.
     fn shared(self) -> Arc<Facets> {
+        // The cache keeps what its records name alive: a text that is not permanent (longer
+        // than a symbol may be, or read past the permanent budget) leaves with its attempts.
+        // Envelopes are shared by the reader's own table, which keeps up to 1,024 a thread.
+        if !self.texts_are_permanent() {
+            return Arc::new(self);
+        }
         let addresses = self.addresses();
         // Addresses are the process's own, not a client's choice: a multiply-rotate mix is
         // enough.
@@ -91,6 +97,17 @@ impl Facets {
                 _ => Arc::clone(&place.insert((addresses, Arc::new(self))).1),
             }
         })
+    }
+
+    fn texts_are_permanent(&self) -> bool {
+        let permanent = |text: &Option<Symbol>| text.as_ref().is_none_or(Symbol::is_static);
+        Symbol::is_static(&self.service_name)
+            && permanent(&self.request_model)
+            && permanent(&self.response_model)
+            && permanent(&self.provider)
+            && permanent(&self.model_family)
+            && permanent(&self.error_type)
+            && permanent(&self.scope)
     }
 
     fn addresses(&self) -> Addresses {
@@ -386,7 +403,9 @@ impl PendingAttempt {
                         + http.host.as_ref().map_or(0, String::capacity)
                 })
         });
-        // The first attempt to hold a record counts it (the thread's cache holds the other).
+        // The first attempt to hold a record counts it (the thread's cache holds the other). An
+        // estimate: if that attempt leaves first, the record stays uncounted while others hold
+        // it (one record, 80 bytes, for each of a thread's 256 places at most).
         let facets = if Arc::strong_count(&self.facets) <= 2 {
             std::mem::size_of::<Facets>() + 16 + envelope(&self.facets.envelope)
         } else {
@@ -559,18 +578,43 @@ mod tests {
         let (first, key) = declared_attempt(Some("rate_limit"));
         let (second, _) = declared_attempt(Some("rate_limit"));
         let (answer, _) = declared_attempt(None);
+        // The byte budget counts a record with the first attempt holding it, not the second
+        // (counted as each is packed: a later record may take the first's place in the cache).
+        let (alone, shared) = (
+            std::mem::size_of::<PendingAttempt>(),
+            std::mem::size_of::<Facets>() + 16,
+        );
         let a = PendingAttempt::pack(first.clone(), &key, None);
+        assert_eq!(a.retained_bytes(), alone + shared);
         let b = PendingAttempt::pack(second.clone(), &key, None);
+        assert_eq!(b.retained_bytes(), alone);
         let c = PendingAttempt::pack(answer.clone(), &key, None);
+        assert_eq!(c.retained_bytes(), alone + shared);
         assert!(Arc::ptr_eq(&a.facets, &b.facets));
         assert!(!Arc::ptr_eq(&a.facets, &c.facets));
-        // The byte budget counts a record with the first attempt holding it, not the second.
-        let shared = std::mem::size_of::<Facets>() + 16;
-        assert_eq!(b.retained_bytes(), std::mem::size_of::<PendingAttempt>());
-        assert!(c.retained_bytes() >= std::mem::size_of::<PendingAttempt>() + shared);
         assert_eq!(a.unpack(&key, None), first);
         assert_eq!(b.unpack(&key, None), second);
         assert_eq!(c.unpack(&key, None), answer);
+    }
+
+    #[test]
+    fn texts_that_are_not_permanent_are_not_kept_by_the_cache() {
+        // Longer than a symbol may be: counted, not permanent, so no cache place may keep it.
+        let long = Symbol::from("e".repeat(300));
+        assert!(!Symbol::is_static(&long));
+        let (mut span, key) = declared_attempt(None);
+        span.error_type = Some(long.clone());
+        let a = PendingAttempt::pack(span.clone(), &key, None);
+        let b = PendingAttempt::pack(span.clone(), &key, None);
+        assert!(!Arc::ptr_eq(&a.facets, &b.facets));
+        assert_eq!(Arc::strong_count(&a.facets), 1);
+        assert_eq!(a.unpack(&key, None), span);
+        drop((b, span));
+        assert_eq!(
+            Symbol::strong_count(&long),
+            Some(1),
+            "only the test holds it now"
+        );
     }
 
     #[test]

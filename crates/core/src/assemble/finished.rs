@@ -151,8 +151,7 @@ impl FinishedCache {
             finished: Finished::default(),
         });
         let live = self.ring.len();
-        self.by_key
-            .sweep(self.ring.head(), live, live + SWEEP_SLACK);
+        self.by_key.sweep(&self.ring, live, live + SWEEP_SLACK);
         self.by_key.insert(hash, seq);
         Some((Seq(seq), true))
     }
@@ -181,8 +180,7 @@ impl FinishedCache {
         let hash = self.hasher.hash_one((slot.key.trace_id(), &id));
         self.live_logical += 1;
         let live = self.live_logical;
-        self.by_logical
-            .sweep(self.ring.head(), live, live + SWEEP_SLACK);
+        self.by_logical.sweep(&self.ring, live, live + SWEEP_SLACK);
         self.by_logical.insert(hash, seq.0);
     }
 

@@ -106,7 +106,7 @@ struct Slot {
 }
 
 /// Stale index entries are swept past a quarter of the live ones plus this many: the index
-/// then stays within the table size the live ones need (16 bytes an entry).
+/// then stays within the table size the live ones need (8 bytes an entry).
 const STALE_SWEPT: usize = 1024;
 
 impl HeldTraces {
@@ -141,8 +141,7 @@ impl HeldTraces {
 
     fn push(&mut self, hash: u64, trace_id: TraceId, queued: u64, held: Held) -> u64 {
         let live = self.queue.len();
-        self.index
-            .sweep(self.queue.head(), live, live / 4 + STALE_SWEPT);
+        self.index.sweep(&self.queue, live, live / 4 + STALE_SWEPT);
         let seq = self.queue.push_back(Slot {
             trace_id,
             queued,

@@ -135,10 +135,14 @@ impl SeqIndex {
             .insert_unique(filed(high), named, |named| filed(named.hash));
     }
 
-    /// Drops the entries behind `head` once there are more than `live` plus `allowed_stale`.
-    pub(super) fn sweep(&mut self, head: u64, live: usize, allowed_stale: usize) {
+    /// Drops every entry not in `ring` (behind its head: the entry has left) once there are
+    /// more than `live` plus `allowed_stale`. Entries are tested against the ring's extent by
+    /// their low halves alone, so an entry however far behind goes.
+    pub(super) fn sweep<T>(&mut self, ring: &SeqRing<T>, live: usize, allowed_stale: usize) {
         if self.table.len() > live + allowed_stale {
-            self.table.retain(|named| full_seq(named.seq, head) >= head);
+            let (head, len) = (ring.head() as u32, ring.len());
+            self.table
+                .retain(|named| (named.seq.wrapping_sub(head) as usize) < len);
         }
     }
 }
@@ -154,8 +158,9 @@ fn filed(high: u32) -> u64 {
 }
 
 /// A sequence number from its low 32 bits and the ring's head: exact from 2^31 behind the head
-/// to 2^31 past it. Live entries are fewer than 2^31 past it (each holds memory), and a stale
-/// one is swept within the allowance plus the ring's length of departures.
+/// to 2^31 past it, so for every live entry (fewer than 2^31 past it: each holds memory). A
+/// stale entry further behind may come back as another number; `find`'s check of the entry
+/// there rejects it (or, if that entry is of the same key, rightly finds it).
 fn full_seq(low: u32, head: u64) -> u64 {
     let offset = low.wrapping_sub(head as u32) as i32;
     head.wrapping_add_signed(i64::from(offset))
@@ -203,14 +208,41 @@ mod tests {
             for seq in base..base + 10 {
                 index.insert(seq.wrapping_mul(0x9E37_79B9_7F4A_7C15), seq);
             }
-            index.sweep(base + 6, 4, 6);
+            let ring: SeqRing<()> = SeqRing {
+                items: VecDeque::from(vec![(); 4]),
+                head: base + 6,
+            };
+            index.sweep(&ring, 4, 6);
             assert_eq!(index.len(), 10, "within the allowance");
-            index.sweep(base + 6, 4, 5);
+            index.sweep(&ring, 4, 5);
             assert_eq!(
                 every_seq(&index, base + 6),
                 (base + 6..base + 10).collect::<Vec<_>>()
             );
         }
+    }
+
+    #[test]
+    fn a_sweep_drops_entries_however_far_behind_the_head() {
+        let head = (3 << 32) + 17;
+        let ring: SeqRing<()> = SeqRing {
+            items: VecDeque::from(vec![(); 3]),
+            head,
+        };
+        let mut index = SeqIndex::default();
+        // (Only an entry within the ring's length of a multiple of 2^32 behind would stay:
+        // `find` checks the entry it names.)
+        for behind in [1, (1 << 31) + 5, (1 << 32) - 5, (1 << 32) + 2, 3 << 31] {
+            index.insert(behind, head - behind);
+        }
+        for seq in head..head + 3 {
+            index.insert(seq, seq);
+        }
+        index.sweep(&ring, 3, 0);
+        assert_eq!(
+            every_seq(&index, head),
+            (head..head + 3).collect::<Vec<_>>()
+        );
     }
 
     #[test]
