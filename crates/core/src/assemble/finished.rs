@@ -89,9 +89,7 @@ impl FinishedCache {
     }
 
     fn find(&self, hash: u64, key: &GroupKey) -> Option<u64> {
-        self.by_key.find(hash, self.ring.head(), |seq| {
-            self.slot(seq).is_some_and(|s| s.key == *key)
-        })
+        self.by_key.find(hash, &self.ring, |s| s.key == *key)
     }
 
     /// The hash of `key` in this cache's indexes (and the pending groups', which share it).
@@ -191,10 +189,8 @@ impl FinishedCache {
         }
         let hash = self.hasher.hash_one((trace_id, span_id));
         self.by_logical
-            .find(hash, self.ring.head(), |seq| {
-                self.slot(seq).is_some_and(|s| {
-                    s.key.trace_id() == trace_id && s.finished.holds_logical(span_id)
-                })
+            .find(hash, &self.ring, |s| {
+                s.key.trace_id() == trace_id && s.finished.holds_logical(span_id)
             })
             .is_some()
     }

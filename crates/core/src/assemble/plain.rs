@@ -112,12 +112,8 @@ const STALE_SWEPT: usize = 1024;
 impl HeldTraces {
     /// The sequence number of the trace's slot.
     fn find(&self, hash: u64, trace_id: &TraceId) -> Option<u64> {
-        let queue = &self.queue;
-        self.index.find(hash, queue.head(), |seq| {
-            queue
-                .get(seq)
-                .is_some_and(|slot| slot.trace_id == *trace_id)
-        })
+        self.index
+            .find(hash, &self.queue, |slot| slot.trace_id == *trace_id)
     }
 
     /// The trace's entry, queued at `now` with `make` when it has none.

@@ -108,17 +108,20 @@ impl SeqIndex {
         self.table.clear();
     }
 
-    /// The sequence number filed under `hash` that `matches`, the ring's head being `head`.
-    pub(super) fn find(
+    /// The sequence number filed under `hash` of an entry of `ring` that `matches`.
+    pub(super) fn find<T>(
         &self,
         hash: u64,
-        head: u64,
-        mut matches: impl FnMut(u64) -> bool,
+        ring: &SeqRing<T>,
+        mut matches: impl FnMut(&T) -> bool,
     ) -> Option<u64> {
-        let high = high_half(hash);
+        let (high, head) = (high_half(hash), ring.head());
         self.table
             .find(filed(high), |named| {
-                named.hash == high && matches(full_seq(named.seq, head))
+                named.hash == high
+                    && ring
+                        .get(full_seq(named.seq, head))
+                        .is_some_and(&mut matches)
             })
             .map(|named| full_seq(named.seq, head))
     }
@@ -282,9 +285,7 @@ mod tests {
             ring.pop_front();
         }
         for n in 0..300u64 {
-            let found = index.find(hasher.hash_one(n), ring.head(), |seq| {
-                ring.get(seq) == Some(&n)
-            });
+            let found = index.find(hasher.hash_one(n), &ring, |&entry| entry == n);
             let expected = (n >= 50).then(|| u64::from(u32::MAX) - 100 + n);
             assert_eq!(found, expected, "{n}");
         }
