@@ -457,6 +457,16 @@ impl EnvelopeFields {
             && task_type.is_none()
     }
 
+    /// Estimated bytes a holder of `envelope` keeps alive: an envelope many spans share
+    /// (interned) is paid for once, so only one held by at most two is counted.
+    pub fn retained_bytes(envelope: &Arc<EnvelopeFields>) -> usize {
+        if (envelope.present || envelope.task_type.is_some()) && Arc::strong_count(envelope) <= 2 {
+            std::mem::size_of::<EnvelopeFields>() + 64
+        } else {
+            0
+        }
+    }
+
     /// The shared value of a span that states no envelope.
     pub fn empty() -> Arc<EnvelopeFields> {
         static EMPTY: std::sync::LazyLock<Arc<EnvelopeFields>> =
@@ -777,21 +787,16 @@ impl SpanFacts {
         fn shared(s: &Option<Arc<str>>) -> usize {
             s.as_ref().map_or(0, |s| s.len() + 16)
         }
-        fn envelope(e: &Arc<EnvelopeFields>) -> usize {
-            // An envelope many spans share (interned) is paid for once; count the unshared.
-            if (e.present || e.task_type.is_some()) && Arc::strong_count(e) <= 2 {
-                std::mem::size_of::<EnvelopeFields>() + 64
-            } else {
-                0
-            }
-        }
         std::mem::size_of::<SpanFacts>()
             + shared(&self.request_id)
             + self.sdk.as_ref().map_or(0, |sdk| {
                 std::mem::size_of::<SdkFacts>() + text(&sdk.decision_reason)
             })
-            + envelope(&self.envelope)
-            + self.envelope_json.as_ref().map_or(0, envelope)
+            + EnvelopeFields::retained_bytes(&self.envelope)
+            + self
+                .envelope_json
+                .as_ref()
+                .map_or(0, EnvelopeFields::retained_bytes)
     }
 
     pub fn sdk_estimated_incremental_usd(&self) -> Option<Decimal> {

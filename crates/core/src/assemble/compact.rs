@@ -382,17 +382,13 @@ impl PendingAttempt {
     /// Estimated bytes this record keeps alive: itself, what it boxes, and an envelope of its
     /// own (see [`SpanFacts::retained_bytes`]).
     pub(super) fn retained_bytes(&self) -> usize {
-        fn envelope(e: &Arc<EnvelopeFields>) -> usize {
-            if (e.present || e.task_type.is_some()) && Arc::strong_count(e) <= 2 {
-                std::mem::size_of::<EnvelopeFields>() + 64
-            } else {
-                0
-            }
-        }
         let rare = self.rare.as_deref().map_or(0, |rare| {
             std::mem::size_of::<Rare>()
                 + rare.request_id.as_ref().map_or(0, |id| id.len() + 16)
-                + rare.envelope_json.as_ref().map_or(0, envelope)
+                + rare
+                    .envelope_json
+                    .as_ref()
+                    .map_or(0, EnvelopeFields::retained_bytes)
                 + rare.sdk.as_ref().map_or(0, |sdk| {
                     std::mem::size_of::<SdkFacts>()
                         + sdk.decision_reason.as_ref().map_or(0, String::capacity)
@@ -407,7 +403,9 @@ impl PendingAttempt {
         // estimate: if that attempt leaves first, the record stays uncounted while others hold
         // it (one record, 80 bytes, for each of a thread's 256 places at most).
         let facets = if Arc::strong_count(&self.facets) <= 2 {
-            std::mem::size_of::<Facets>() + 16 + envelope(&self.facets.envelope)
+            std::mem::size_of::<Facets>()
+                + 16
+                + EnvelopeFields::retained_bytes(&self.facets.envelope)
         } else {
             0
         };

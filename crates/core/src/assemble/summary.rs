@@ -128,19 +128,15 @@ impl ContextSpan {
         fn text(s: Option<&str>) -> usize {
             s.map_or(0, str::len)
         }
-        fn envelope(e: &Arc<EnvelopeFields>) -> usize {
-            if (e.present || e.task_type.is_some()) && Arc::strong_count(e) <= 2 {
-                std::mem::size_of::<EnvelopeFields>() + 64
-            } else {
-                0
-            }
-        }
         std::mem::size_of::<ContextSpan>()
             + text(self.request_id.as_deref())
             + text(self.request_model.as_deref())
             + text(self.model_family.as_deref())
-            + envelope(&self.envelope)
-            + self.envelope_json.as_ref().map_or(0, envelope)
+            + EnvelopeFields::retained_bytes(&self.envelope)
+            + self
+                .envelope_json
+                .as_ref()
+                .map_or(0, EnvelopeFields::retained_bytes)
             + self.captured.heap_bytes()
     }
 }
