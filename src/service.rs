@@ -416,7 +416,7 @@ pub async fn start(config: Config) -> anyhow::Result<Collector> {
         Some(wal_writer)
     } else {
         tracing::warn!("the write-ahead log is off: a crash loses accepted exports not yet in a completed Parquet file");
-        wal_writer.seal();
+        wal_writer.retire();
         unused_wal = Some(wal_writer);
         None
     };
@@ -710,7 +710,7 @@ impl Pipeline {
             if total.all_written {
                 // Every row is in a completed file: nothing in the log is needed any more.
                 for mut writer in wal_writer.into_iter().chain(unused_wal) {
-                    writer.seal();
+                    writer.retire();
                     writer.release_below(u64::MAX);
                 }
             } else {

@@ -5,11 +5,14 @@
 //! appended in batches so that concurrent exports share one fsync (group commit). A segment is
 //! deleted once every row from its records is in a completed Parquet file; on start, the live
 //! segments are replayed through the engine. A torn or corrupt tail record (a crash mid-append)
-//! is detected by its CRC, reported and truncated; the records before it survive.
+//! is detected by its CRC, reported and truncated; the records before it survive. Written
+//! directly, a segment starts as zeros written ahead of time ([`spare`]), so an append writes over
+//! blocks already on disk.
 
 pub mod config;
 mod direct;
 mod segment;
+mod spare;
 mod writer;
 
 pub use segment::{read_segment, SegmentRead, RECORD_HEADER_BYTES};

@@ -361,3 +361,88 @@ fn an_append_whose_fsync_fails_is_cut_off_and_the_next_goes_on() {
         assert_eq!(payloads, [&[3u8; 1000][..], b"after"], "{fsync:?}");
     }
 }
+
+/// The spare's name in the log's directory (`spare::NAME`).
+const SPARE: &str = ".spare-segment";
+
+/// With direct I/O, a segment starts as a zeroed spare: while open it is longer than its records
+/// (the zeros read as its end), sealing trims it, and the next segment, zeroed while the first
+/// filled, is renamed into place. Recovery never reads the spare, and the writer removes it.
+#[test]
+fn segments_start_zeroed_and_are_trimmed_when_sealed() {
+    let dir = tempfile::tempdir().unwrap();
+    let recovery = recover(dir.path()).unwrap();
+    let mut writer = open(dir.path(), 64 * 1024, &recovery);
+    writer.append(&[&[5u8; 40 * 1024]]).unwrap();
+    if !writer.writes_direct() {
+        eprintln!("no direct I/O under {}: no spares", dir.path().display());
+        return;
+    }
+    let first = last_segment(dir.path());
+    let logical = (RECORD_HEADER_BYTES + 40 * 1024) as u64;
+    // The segment's size and a margin, zeroed.
+    assert_eq!(std::fs::metadata(&first).unwrap().len(), 128 * 1024);
+    // Past half the segment the next spare is on its way; once made, the rotation takes it.
+    writer.settle_spare();
+    assert!(dir.path().join(SPARE).exists());
+    let recovered = recover(dir.path()).unwrap();
+    assert!(recovered.problems.is_empty(), "{:?}", recovered.problems);
+    assert_eq!(recovered.records.len(), 1);
+    assert_eq!(recovered.segments.len(), 1, "the spare is not a segment");
+
+    writer.append(&[&[6u8; 30 * 1024]]).unwrap();
+    assert_eq!(writer.segments(), 1, "sealed once full");
+    assert_eq!(
+        std::fs::metadata(&first).unwrap().len(),
+        logical + (RECORD_HEADER_BYTES + 30 * 1024) as u64,
+        "trimmed to its records"
+    );
+    writer.append(&[b"next"]).unwrap();
+    let second = last_segment(dir.path());
+    assert_ne!(first, second);
+    assert!(!dir.path().join(SPARE).exists(), "renamed to the segment");
+    assert_eq!(std::fs::metadata(&second).unwrap().len(), 128 * 1024);
+
+    drop(writer);
+    assert!(!dir.path().join(SPARE).exists());
+    assert_eq!(
+        std::fs::metadata(&second).unwrap().len(),
+        (RECORD_HEADER_BYTES + 4) as u64
+    );
+    let recovery = recover(dir.path()).unwrap();
+    assert!(recovery.problems.is_empty(), "{:?}", recovery.problems);
+    assert_eq!(
+        recovery.records.iter().map(|r| r.lsn).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+}
+
+/// A crash mid-append into a zeroed segment leaves part of a record before the zeros: recovery
+/// reports it and cuts the segment after the last whole record, as after an append to the end.
+#[test]
+fn a_record_torn_before_zeros_is_cut_off() {
+    let mut bytes = Vec::new();
+    segment::encode_record(&mut bytes, 1, b"whole");
+    let end = bytes.len() as u64;
+    let mut torn = Vec::new();
+    segment::encode_record(&mut torn, 2, &[8u8; 3000]);
+    bytes.extend_from_slice(&torn[..1000]);
+    bytes.resize(128 * 1024, 0);
+    let read = parse_segment(&bytes);
+    assert_eq!((read.records.len(), read.valid_bytes), (1, end));
+    assert!(
+        read.problem
+            .as_deref()
+            .is_some_and(|p| p.contains("bad CRC")),
+        "{:?}",
+        read.problem
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("00000000000000000001.wal");
+    std::fs::write(&path, &bytes).unwrap();
+    let recovery = recover(dir.path()).unwrap();
+    assert_eq!(recovery.records.len(), 1);
+    assert_eq!(recovery.problems.len(), 1, "{:?}", recovery.problems);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), end);
+}

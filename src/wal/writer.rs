@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use super::direct::{set_direct, DirectBuffer, Tail};
 use super::segment::{encode_record, record_header, RECORD_HEADER_BYTES};
+use super::spare::Spares;
 use super::{segment_path, FsyncPolicy, Recovery, WalConfig, WalError};
 
 struct Sealed {
@@ -33,6 +34,10 @@ pub struct WalWriter {
     direct: bool,
     /// Allocated with the first segment written directly.
     direct_buffer: Option<DirectBuffer>,
+    /// Zeroed segments made ahead, while the log is written directly ([`super::spare`]).
+    spares: Option<Spares>,
+    /// Whether this writer has started a segment: the first waits for its spare.
+    started: bool,
     /// Tests: the next fsync of an append fails with this.
     #[cfg(test)]
     sync_failure: Option<io::Error>,
@@ -46,6 +51,8 @@ struct Current {
     /// Written with direct I/O; its file then ends in zeros up to a block boundary.
     direct: bool,
     tail: Tail,
+    /// Bytes of zeros the file held when it became the segment (a spare's), written over since.
+    zeroed: u64,
 }
 
 impl WalWriter {
@@ -60,7 +67,10 @@ impl WalWriter {
                 last_lsn: s.last_lsn,
             })
             .collect();
+        let direct = config.fsync_policy() == FsyncPolicy::Always;
         WalWriter {
+            spares: direct.then(|| Spares::start(&dir, config.segment_bytes)),
+            started: false,
             dir,
             segment_bytes: config.segment_bytes,
             fsync: config.fsync_policy(),
@@ -69,7 +79,7 @@ impl WalWriter {
             next_lsn: recovery.next_lsn.max(1),
             headers: Vec::new(),
             unsynced_since: None,
-            direct: config.fsync_policy() == FsyncPolicy::Always,
+            direct,
             direct_buffer: None,
             #[cfg(test)]
             sync_failure: None,
@@ -92,6 +102,14 @@ impl WalWriter {
     pub fn refuse_direct_writes(&mut self) {
         if let Some(buffer) = &mut self.direct_buffer {
             buffer.refuse = true;
+        }
+    }
+
+    /// Tests: waits until the spare being zeroed is made, so the next rotation takes it.
+    #[cfg(test)]
+    pub fn settle_spare(&mut self) {
+        if let Some(spares) = &mut self.spares {
+            spares.settle();
         }
     }
 
@@ -161,7 +179,9 @@ impl WalWriter {
             // other alignments. The page cache it is, from here on.
             tracing::info!(path = %current.path.display(), "direct I/O refused by the filesystem; the write-ahead log goes through the page cache");
             self.direct = false;
+            self.spares = None;
             current.direct = false;
+            current.zeroed = current.zeroed.min(current.bytes);
             written = set_direct(&current.file, false)
                 .and_then(|()| current.file.set_len(current.bytes))
                 .and_then(|()| current.file.seek(SeekFrom::Start(current.bytes)).map(drop))
@@ -183,6 +203,7 @@ impl WalWriter {
                 .file
                 .set_len(current.bytes)
                 .and_then(|()| current.file.seek(SeekFrom::Start(current.bytes)).map(drop));
+            current.zeroed = current.zeroed.min(current.bytes);
             if cut.is_err() {
                 self.seal();
             }
@@ -196,6 +217,13 @@ impl WalWriter {
             current.last_lsn = Some(first_lsn + payloads.len() as u64 - 1);
         }
         let full = current.bytes >= self.segment_bytes;
+        // Half a segment ahead is time enough to zero the next one, and a collector that never
+        // fills half a segment never writes a second segment's zeros.
+        if current.bytes >= self.segment_bytes / 2 {
+            if let Some(spares) = &mut self.spares {
+                spares.prepare();
+            }
+        }
         self.next_lsn += payloads.len() as u64;
         if fsync != FsyncPolicy::Always {
             self.unsynced_since.get_or_insert_with(Instant::now);
@@ -261,11 +289,20 @@ impl WalWriter {
         self.next_lsn
     }
 
+    /// Seals the current segment and zeroes no more spares: for a log nothing is appended to
+    /// again, only released.
+    pub fn retire(&mut self) {
+        self.seal();
+        self.spares = None;
+    }
+
     /// Seals the current segment, syncing it first so it is complete on disk.
     pub fn seal(&mut self) {
         if let Some(current) = self.current.take() {
             // The zeros after the last record are not part of the segment.
-            if current.direct && current.bytes % super::direct::BLOCK as u64 != 0 {
+            if current.zeroed > current.bytes
+                || (current.direct && current.bytes % super::direct::BLOCK as u64 != 0)
+            {
                 if let Err(e) = current.file.set_len(current.bytes) {
                     tracing::warn!(path = %current.path.display(), error = %e, "cannot trim write-ahead log segment");
                 }
@@ -285,19 +322,42 @@ impl WalWriter {
             let dir = &self.dir;
             std::fs::create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
             let path = segment_path(dir, self.next_lsn);
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(true)
-                .write(true)
-                .open(&path)
-                .map_err(|e| WalError::io(&path, e))?;
+            // The first segment waits for its spare: zeroing it takes tens of milliseconds once,
+            // and without it every append to it would pay the journal. Later ones are made
+            // while a segment fills, and a rotation that finds none ready does not wait.
+            let spare = match self.spares.as_mut() {
+                Some(spares) => spares.take(!self.started).and_then(|(file, zeroed)| {
+                    match std::fs::rename(spares.path(), &path) {
+                        Ok(()) => Some((file, zeroed)),
+                        Err(e) => {
+                            tracing::warn!(path = %path.display(), error = %e, "cannot rename the zeroed write-ahead log segment; appending to a new one");
+                            None
+                        }
+                    }
+                }),
+                None => None,
+            };
+            let (file, zeroed) = match spare {
+                Some(spare) => spare,
+                None => {
+                    let file = OpenOptions::new()
+                        .create(true)
+                        .truncate(true)
+                        .write(true)
+                        .open(&path)
+                        .map_err(|e| WalError::io(&path, e))?;
+                    (file, 0)
+                }
+            };
             sync_dir(dir);
+            self.started = true;
             let direct = self.direct
                 && match set_direct(&file, true) {
                     Ok(()) => true,
                     Err(e) => {
                         tracing::info!(dir = %dir.display(), error = %e, "no direct I/O here; the write-ahead log goes through the page cache");
                         self.direct = false;
+                        self.spares = None;
                         false
                     }
                 };
@@ -311,6 +371,7 @@ impl WalWriter {
                 last_lsn: None,
                 direct,
                 tail: Tail::default(),
+                zeroed,
             });
         }
         Ok(())

@@ -1,0 +1,160 @@
+//! The next segment, zeroed ahead of time.
+//!
+//! On ext4 (and the other journalling filesystems) a write that allocates blocks or moves a
+//! file's end makes the `fdatasync` after it commit the journal as well; a write over blocks that
+//! were written and synced before flushes only the data. A 288 KiB direct append and its
+//! `fdatasync` took 0.51–0.59 ms here, the same write over zeros 0.29–0.33 ms (BENCHMARKS.md,
+//! issue 18, twenty-seventh pass). With `fsync = "always"` that is on every export's answer, so
+//! a thread writes a segment's worth of zeros, syncs them and hands the file over; the writer
+//! renames it to the next segment's name when it rotates. Zeros are what a reader takes for the
+//! end of a segment already ([`super::segment`]), so recovery reads such a segment as it reads
+//! one being written, and sealing trims what was not used.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use super::direct::{set_direct, BLOCK};
+
+/// The spare's name in the log's directory: no `.wal` extension, so recovery never reads it.
+const NAME: &str = ".spare-segment";
+/// Zeros written per call.
+const CHUNK: usize = 1024 * 1024;
+/// The most a spare is zeroed (the default segment and its margin): a larger segment is appended
+/// past it.
+const MOST_BYTES: u64 = 68 * 1024 * 1024;
+/// Past the segment size: the batch that fills a segment still lands on zeros.
+const MARGIN_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Makes one spare at a time, on its own thread.
+pub struct Spares {
+    path: PathBuf,
+    bytes: u64,
+    making: Option<JoinHandle<io::Result<File>>>,
+    /// Made and not yet taken (tests settle a spare before they rotate).
+    made: Option<io::Result<File>>,
+    stop: Arc<AtomicBool>,
+    /// The filesystem takes no direct I/O: the log is written through the page cache and no
+    /// spare is made.
+    off: bool,
+}
+
+impl Spares {
+    /// Starts zeroing the first spare for segments of `segment_bytes` in `dir` (a spare a
+    /// previous run left is replaced).
+    pub fn start(dir: &Path, segment_bytes: u64) -> Spares {
+        let mut spares = Spares {
+            path: dir.join(NAME),
+            bytes: segment_bytes
+                .saturating_add(MARGIN_BYTES.min(segment_bytes))
+                .min(MOST_BYTES)
+                .next_multiple_of(BLOCK as u64),
+            making: None,
+            made: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            off: false,
+        };
+        spares.prepare();
+        spares
+    }
+
+    /// Where a spare taken lies until the writer renames it.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The spare and its length, if it is ready (or once it is, with `wait`). `None` when it is
+    /// not ready or could not be made (logged): the writer starts a segment of its own then.
+    pub fn take(&mut self, wait: bool) -> Option<(File, u64)> {
+        if wait || self.making.as_ref().is_some_and(JoinHandle::is_finished) {
+            self.settle();
+        }
+        match self.made.take()? {
+            Ok(file) => Some((file, self.bytes)),
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                self.off = true;
+                None
+            }
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot zero the next write-ahead log segment ahead of time; appending to a new one");
+                None
+            }
+        }
+    }
+
+    /// Waits for the spare being made.
+    pub fn settle(&mut self) {
+        if let Some(making) = self.making.take() {
+            self.made = Some(
+                making
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("the thread zeroing it panicked"))),
+            );
+        }
+    }
+
+    /// Starts zeroing the next spare, unless one is on its way or made.
+    pub fn prepare(&mut self) {
+        if self.off || self.making.is_some() || self.made.is_some() {
+            return;
+        }
+        let (path, bytes, stop) = (self.path.clone(), self.bytes, Arc::clone(&self.stop));
+        let made = std::thread::Builder::new()
+            .name("wal-spare".to_owned())
+            .spawn(move || {
+                let made = zero(&path, bytes, &stop);
+                if made.is_err() {
+                    let _ = std::fs::remove_file(&path);
+                }
+                made
+            });
+        match made {
+            Ok(handle) => self.making = Some(handle),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start zeroing write-ahead log segments ahead of time")
+            }
+        }
+    }
+}
+
+impl Drop for Spares {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(making) = self.making.take() {
+            let _ = making.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Writes `bytes` zeros to a new file at `path` and syncs them: blocks written, not merely
+/// allocated (`fallocate` leaves them unwritten, and writing over those commits the journal
+/// again).
+fn zero(path: &Path, bytes: u64, stop: &AtomicBool) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(path)?;
+    // Spares are for a log written directly; where the filesystem refuses direct I/O, the log
+    // goes through the page cache, and zeros there would only fill memory.
+    set_direct(&file, true).map_err(|_| io::Error::from(io::ErrorKind::Unsupported))?;
+    let raw = vec![0u8; CHUNK + BLOCK];
+    let start = raw.as_ptr().align_offset(BLOCK);
+    let zeros = &raw[start..start + CHUNK];
+    let mut offset = 0;
+    while offset < bytes {
+        if stop.load(Ordering::Relaxed) {
+            return Err(io::ErrorKind::Interrupted.into());
+        }
+        let n = (bytes - offset).min(CHUNK as u64);
+        file.write_all_at(&zeros[..n as usize], offset)?;
+        offset += n;
+    }
+    file.sync_data()?;
+    Ok(file)
+}
