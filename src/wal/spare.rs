@@ -15,8 +15,10 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use super::direct::{set_direct, BLOCK};
 
@@ -29,12 +31,16 @@ const CHUNK: usize = 1024 * 1024;
 const MOST_BYTES: u64 = 68 * 1024 * 1024;
 /// Past the segment size: the batch that fills a segment still lands on zeros.
 const MARGIN_BYTES: u64 = 4 * 1024 * 1024;
+/// The longest the first append after a start waits for its segment's zeros (68 MiB took 60 ms
+/// here); on a disk slower than that the first segment is appended to as before.
+const FIRST_WAIT: Duration = Duration::from_millis(250);
 
 /// Makes one spare at a time, on its own thread.
 pub struct Spares {
     path: PathBuf,
     bytes: u64,
-    making: Option<JoinHandle<io::Result<File>>>,
+    /// The thread zeroing the next spare, and where it sends the file.
+    making: Option<(JoinHandle<()>, Receiver<io::Result<File>>)>,
     /// Made and not yet taken (tests settle a spare before they rotate).
     made: Option<io::Result<File>>,
     stop: Arc<AtomicBool>,
@@ -67,11 +73,22 @@ impl Spares {
         &self.path
     }
 
-    /// The spare and its length, if it is ready (or once it is, with `wait`). `None` when it is
-    /// not ready or could not be made (logged): the writer starts a segment of its own then.
+    /// The spare and its length, if it is ready (with `wait`: once it is, within
+    /// [`FIRST_WAIT`]). `None` when it is not ready or could not be made (logged): the writer
+    /// starts a segment of its own then.
     pub fn take(&mut self, wait: bool) -> Option<(File, u64)> {
-        if wait || self.making.as_ref().is_some_and(JoinHandle::is_finished) {
-            self.settle();
+        if let Some((_, made)) = &self.making {
+            let made = if wait {
+                made.recv_timeout(FIRST_WAIT)
+                    .map_err(|e| e == RecvTimeoutError::Disconnected)
+            } else {
+                made.try_recv().map_err(|e| e == TryRecvError::Disconnected)
+            };
+            match made {
+                Ok(made) => self.made(made),
+                Err(true) => self.made(Err(io::Error::other("the thread zeroing it panicked"))),
+                Err(false) => {}
+            }
         }
         match self.made.take()? {
             Ok(file) => Some((file, self.bytes)),
@@ -86,15 +103,22 @@ impl Spares {
         }
     }
 
-    /// Waits for the spare being made.
+    /// Tests: waits for the spare being made.
+    #[cfg(test)]
     pub fn settle(&mut self) {
-        if let Some(making) = self.making.take() {
-            self.made = Some(
-                making
-                    .join()
-                    .unwrap_or_else(|_| Err(io::Error::other("the thread zeroing it panicked"))),
-            );
+        if let Some((_, made)) = &self.making {
+            let made = made
+                .recv()
+                .unwrap_or_else(|_| Err(io::Error::other("the thread zeroing it panicked")));
+            self.made(made);
         }
+    }
+
+    fn made(&mut self, made: io::Result<File>) {
+        if let Some((thread, _)) = self.making.take() {
+            let _ = thread.join();
+        }
+        self.made = Some(made);
     }
 
     /// Starts zeroing the next spare, unless one is on its way or made.
@@ -103,17 +127,18 @@ impl Spares {
             return;
         }
         let (path, bytes, stop) = (self.path.clone(), self.bytes, Arc::clone(&self.stop));
-        let made = std::thread::Builder::new()
+        let (send, made) = std::sync::mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
             .name("wal-spare".to_owned())
             .spawn(move || {
                 let made = zero(&path, bytes, &stop);
                 if made.is_err() {
                     let _ = std::fs::remove_file(&path);
                 }
-                made
+                let _ = send.send(made);
             });
-        match made {
-            Ok(handle) => self.making = Some(handle),
+        match thread {
+            Ok(thread) => self.making = Some((thread, made)),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot start zeroing write-ahead log segments ahead of time")
             }
@@ -124,8 +149,8 @@ impl Spares {
 impl Drop for Spares {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(making) = self.making.take() {
-            let _ = making.join();
+        if let Some((thread, _)) = self.making.take() {
+            let _ = thread.join();
         }
         let _ = std::fs::remove_file(&self.path);
     }

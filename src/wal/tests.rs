@@ -373,6 +373,8 @@ fn segments_start_zeroed_and_are_trimmed_when_sealed() {
     let dir = tempfile::tempdir().unwrap();
     let recovery = recover(dir.path()).unwrap();
     let mut writer = open(dir.path(), 64 * 1024, &recovery);
+    // However busy the disk: the first append waits for its zeros only so long.
+    writer.settle_spare();
     writer.append(&[&[5u8; 40 * 1024]]).unwrap();
     if !writer.writes_direct() {
         eprintln!("no direct I/O under {}: no spares", dir.path().display());
@@ -445,4 +447,36 @@ fn a_record_torn_before_zeros_is_cut_off() {
     assert_eq!(recovery.records.len(), 1);
     assert_eq!(recovery.problems.len(), 1, "{:?}", recovery.problems);
     assert_eq!(std::fs::metadata(&path).unwrap().len(), end);
+}
+
+/// Once the filesystem refuses a direct write, the log goes through the page cache and no zeros
+/// are written ahead: the spare being made is removed and the next segment starts empty.
+#[test]
+fn a_refused_direct_write_stops_the_spares() {
+    let dir = tempfile::tempdir().unwrap();
+    let recovery = recover(dir.path()).unwrap();
+    let mut writer = open(dir.path(), 64 * 1024, &recovery);
+    writer.settle_spare();
+    writer.append(&[&[5u8; 40 * 1024]]).unwrap();
+    if !writer.writes_direct() {
+        eprintln!("no direct I/O under {}: no spares", dir.path().display());
+        return;
+    }
+    writer.settle_spare();
+    assert!(dir.path().join(SPARE).exists());
+    writer.refuse_direct_writes();
+    writer.append(&[&[6u8; 30 * 1024]]).unwrap();
+    assert!(!writer.writes_direct());
+    assert!(!dir.path().join(SPARE).exists());
+    writer.append(&[b"next"]).unwrap();
+    assert_eq!(writer.segments(), 2);
+    assert_eq!(
+        std::fs::metadata(last_segment(dir.path())).unwrap().len(),
+        (RECORD_HEADER_BYTES + 4) as u64,
+        "the second segment was not zeroed"
+    );
+    drop(writer);
+    let recovery = recover(dir.path()).unwrap();
+    assert!(recovery.problems.is_empty(), "{:?}", recovery.problems);
+    assert_eq!(recovery.records.len(), 3);
 }
