@@ -35,6 +35,25 @@ const MARGIN_BYTES: u64 = 4 * 1024 * 1024;
 /// here); on a disk slower than that the first segment is appended to as before.
 const FIRST_WAIT: Duration = Duration::from_millis(250);
 
+/// Whether zeros written ahead pay on the filesystem of `dir`: on ext4 and XFS, which write
+/// blocks in place and journal their allocation. Not on tmpfs (no journal: the zeros would only
+/// fill memory), nor on copy-on-write filesystems such as btrfs, which allocate new blocks for
+/// every write anyway.
+pub fn pay_off_in(dir: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const EXT4_SUPER_MAGIC: u64 = 0xEF53;
+        const XFS_SUPER_MAGIC: u64 = 0x5846_5342;
+        rustix::fs::statfs(dir)
+            .is_ok_and(|fs| matches!(fs.f_type as u64, EXT4_SUPER_MAGIC | XFS_SUPER_MAGIC))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dir;
+        false
+    }
+}
+
 /// Makes one spare at a time, on its own thread.
 pub struct Spares {
     path: PathBuf,

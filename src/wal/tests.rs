@@ -365,19 +365,27 @@ fn an_append_whose_fsync_fails_is_cut_off_and_the_next_goes_on() {
 /// The spare's name in the log's directory (`spare::NAME`).
 const SPARE: &str = ".spare-segment";
 
+/// A directory on the checkout's disk: `/tmp` may be tmpfs, where no zeros are written ahead.
+fn disk_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(".wal-test")
+        .tempdir_in(env!("CARGO_MANIFEST_DIR"))
+        .unwrap()
+}
+
 /// With direct I/O, a segment starts as a zeroed spare: while open it is longer than its records
 /// (the zeros read as its end), sealing trims it, and the next segment, zeroed while the first
 /// filled, is renamed into place. Recovery never reads the spare, and the writer removes it.
 #[test]
 fn segments_start_zeroed_and_are_trimmed_when_sealed() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = disk_dir();
     let recovery = recover(dir.path()).unwrap();
     let mut writer = open(dir.path(), 64 * 1024, &recovery);
     // However busy the disk: the first append waits for its zeros only so long.
     writer.settle_spare();
     writer.append(&[&[5u8; 40 * 1024]]).unwrap();
-    if !writer.writes_direct() {
-        eprintln!("no direct I/O under {}: no spares", dir.path().display());
+    if !writer.zeroes_ahead() || !writer.writes_direct() {
+        eprintln!("no zeros ahead under {}", dir.path().display());
         return;
     }
     let first = last_segment(dir.path());
@@ -453,13 +461,13 @@ fn a_record_torn_before_zeros_is_cut_off() {
 /// are written ahead: the spare being made is removed and the next segment starts empty.
 #[test]
 fn a_refused_direct_write_stops_the_spares() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = disk_dir();
     let recovery = recover(dir.path()).unwrap();
     let mut writer = open(dir.path(), 64 * 1024, &recovery);
     writer.settle_spare();
     writer.append(&[&[5u8; 40 * 1024]]).unwrap();
-    if !writer.writes_direct() {
-        eprintln!("no direct I/O under {}: no spares", dir.path().display());
+    if !writer.zeroes_ahead() || !writer.writes_direct() {
+        eprintln!("no zeros ahead under {}", dir.path().display());
         return;
     }
     writer.settle_spare();
@@ -479,4 +487,23 @@ fn a_refused_direct_write_stops_the_spares() {
     let recovery = recover(dir.path()).unwrap();
     assert!(recovery.problems.is_empty(), "{:?}", recovery.problems);
     assert_eq!(recovery.records.len(), 3);
+}
+
+/// Zeros are written ahead on ext4 and XFS only, whatever `/tmp` and `/dev/shm` are here (tmpfs
+/// has no journal to spare).
+#[test]
+fn zeros_ahead_only_on_filesystems_that_write_in_place() {
+    for parent in ["/dev/shm", "/tmp"] {
+        let Ok(dir) = tempfile::tempdir_in(parent) else {
+            continue;
+        };
+        let fs_type = rustix::fs::statfs(dir.path()).unwrap().f_type as u64;
+        let recovery = recover(dir.path()).unwrap();
+        let writer = open(dir.path(), 64 * 1024, &recovery);
+        assert_eq!(
+            writer.zeroes_ahead(),
+            fs_type == 0xEF53 || fs_type == 0x5846_5342,
+            "{parent}: filesystem type {fs_type:#x}"
+        );
+    }
 }

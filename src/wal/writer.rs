@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::direct::{set_direct, DirectBuffer, Tail};
 use super::segment::{encode_record, record_header, RECORD_HEADER_BYTES};
-use super::spare::Spares;
+use super::spare::{self, Spares};
 use super::{segment_path, FsyncPolicy, Recovery, WalConfig, WalError};
 
 struct Sealed {
@@ -69,7 +69,8 @@ impl WalWriter {
             .collect();
         let direct = config.fsync_policy() == FsyncPolicy::Always;
         WalWriter {
-            spares: direct.then(|| Spares::start(&dir, config.segment_bytes)),
+            spares: (direct && spare::pay_off_in(&dir))
+                .then(|| Spares::start(&dir, config.segment_bytes)),
             started: false,
             dir,
             segment_bytes: config.segment_bytes,
@@ -103,6 +104,12 @@ impl WalWriter {
         if let Some(buffer) = &mut self.direct_buffer {
             buffer.refuse = true;
         }
+    }
+
+    /// Tests: whether segments start as zeros written ahead here.
+    #[cfg(test)]
+    pub fn zeroes_ahead(&self) -> bool {
+        self.spares.is_some()
     }
 
     /// Tests: waits until the spare being zeroed is made, so the next rotation takes it.
