@@ -507,3 +507,24 @@ fn zeros_ahead_only_on_filesystems_that_write_in_place() {
         );
     }
 }
+
+/// A crash after a segment was started and before its first record was whole leaves a segment
+/// without records, named for the next LSN: the next segment takes its name. It is not a sealed
+/// segment to release after that, or releasing would delete the live one.
+#[test]
+fn a_segment_left_without_records_is_replaced_not_released() {
+    for leftover in [&[][..], &[0u8; 8192], b"\x10\x00\x00\x00torn"] {
+        let dir = disk_dir();
+        std::fs::write(dir.path().join("00000000000000000001.wal"), leftover).unwrap();
+        let recovery = recover(dir.path()).unwrap();
+        assert_eq!(recovery.next_lsn, 1);
+        let mut writer = open(dir.path(), 1 << 20, &recovery);
+        assert_eq!(writer.append(&[b"kept"]).unwrap(), 1);
+        // Record 1 is still needed: nothing may go.
+        writer.release_below(1);
+        assert_eq!(writer.segments(), 1);
+        let read = recover(dir.path()).unwrap();
+        assert_eq!(read.records.len(), 1, "{leftover:?}");
+        assert_eq!(read.records[0].payload.as_ref(), b"kept");
+    }
+}

@@ -329,6 +329,10 @@ impl WalWriter {
             let dir = &self.dir;
             std::fs::create_dir_all(dir).map_err(|e| WalError::io(dir, e))?;
             let path = segment_path(dir, self.next_lsn);
+            // A segment recovered with this name holds no record (the LSNs go on after every
+            // one recovered): a crash left it before its first record was whole. It is replaced
+            // below; kept as sealed, releasing it would delete the live segment.
+            self.sealed.retain(|sealed| sealed.path != path);
             // The first segment waits for its spare: zeroing it takes tens of milliseconds once,
             // and without it every append to it would pay the journal. Later ones are made
             // while a segment fills, and a rotation that finds none ready does not wait.
