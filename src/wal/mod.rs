@@ -6,7 +6,7 @@
 //! deleted once every row from its records is in a completed Parquet file; on start, the live
 //! segments are replayed through the engine. A torn or corrupt tail record (a crash mid-append)
 //! is detected by its CRC, reported and truncated; the records before it survive. Written
-//! directly, a segment starts as zeros written ahead of time ([`spare`]), so an append writes over
+//! directly, a segment starts as zeros written ahead of time (`spare.rs`), so an append writes over
 //! blocks already on disk.
 
 pub mod config;
