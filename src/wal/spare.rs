@@ -1,7 +1,7 @@
 //! The next segment, zeroed ahead of time.
 //!
-//! On ext4 (and the other journalling filesystems) a write that allocates blocks or moves a
-//! file's end makes the `fdatasync` after it commit the journal as well; a write over blocks that
+//! On ext4 and XFS, which write blocks in place and journal their allocation, a write that
+//! allocates blocks or moves a file's end makes the `fdatasync` after it commit the journal too; a write over blocks that
 //! were written and synced before flushes only the data. A 288 KiB direct append and its
 //! `fdatasync` took 0.51–0.59 ms here, the same write over zeros 0.29–0.33 ms (BENCHMARKS.md,
 //! issue 18, twenty-seventh pass). With `fsync = "always"` that is on every export's answer, so
