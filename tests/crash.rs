@@ -108,6 +108,25 @@ async fn restart_and_check(dir: &Path, config: &Path, acknowledged: &[usize]) {
     }
 }
 
+/// Starts the collector on `output`, SIGKILLs it once 300 requests are acknowledged under load,
+/// and checks after a restart that every acknowledged span is a row once.
+async fn sigkill_under_load_then_check(output: &Path, config: &Path) {
+    let collector = start(output, &["--config", config.to_str().unwrap()], &[]);
+    let (milestone, milestone_reached) = tokio::sync::oneshot::channel();
+    let load = tokio::spawn(load_until_refused(
+        collector.grpc_addr,
+        100_000,
+        300,
+        Some(milestone),
+    ));
+    milestone_reached.await.unwrap();
+    signal(&collector.child, "KILL");
+    let acknowledged = load.await.unwrap();
+    collector.exited().await;
+    assert!(acknowledged.len() >= 300);
+    restart_and_check(output, config, &acknowledged).await;
+}
+
 async fn crash_at(point: &str) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("collector.toml");
@@ -149,20 +168,7 @@ async fn sigkill_under_load_loses_no_acknowledged_span() {
     let config = dir.path().join("collector.toml");
     std::fs::write(&config, CONFIG).unwrap();
     let output = dir.path().join("out");
-    let collector = start(&output, &["--config", config.to_str().unwrap()], &[]);
-    let (milestone, milestone_reached) = tokio::sync::oneshot::channel();
-    let load = tokio::spawn(load_until_refused(
-        collector.grpc_addr,
-        100_000,
-        300,
-        Some(milestone),
-    ));
-    milestone_reached.await.unwrap();
-    signal(&collector.child, "KILL");
-    let acknowledged = load.await.unwrap();
-    collector.exited().await;
-    assert!(acknowledged.len() >= 300);
-    restart_and_check(&output, &config, &acknowledged).await;
+    sigkill_under_load_then_check(&output, &config).await;
 }
 
 /// Inference runs on whole traces, after recovery too: rows of plain instrumentation that a
@@ -264,18 +270,5 @@ async fn a_second_crash_after_a_torn_first_append_loses_no_acknowledged_span() {
     let torn = output.join("wal").join(format!("{:020}.wal", 1));
     assert!(torn.exists(), "the first segment is left behind");
 
-    let collector = start(&output, &["--config", config.to_str().unwrap()], &[]);
-    let (milestone, milestone_reached) = tokio::sync::oneshot::channel();
-    let load = tokio::spawn(load_until_refused(
-        collector.grpc_addr,
-        100_000,
-        300,
-        Some(milestone),
-    ));
-    milestone_reached.await.unwrap();
-    signal(&collector.child, "KILL");
-    let acknowledged = load.await.unwrap();
-    collector.exited().await;
-    assert!(acknowledged.len() >= 300);
-    restart_and_check(&output, &config, &acknowledged).await;
+    sigkill_under_load_then_check(&output, &config).await;
 }

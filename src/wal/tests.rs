@@ -373,21 +373,30 @@ fn disk_dir() -> tempfile::TempDir {
         .unwrap()
 }
 
+/// A writer of 64 KiB segments in `dir` with one 40 KiB record appended to a zeroed first
+/// segment; `None` (said on stderr) where no zeros are written ahead.
+fn zeroing_writer_after_40_kib(dir: &Path) -> Option<WalWriter> {
+    let recovery = recover(dir).unwrap();
+    let mut writer = open(dir, 64 * 1024, &recovery);
+    // However busy the disk: the first append waits for its zeros only so long.
+    writer.settle_spare();
+    writer.append(&[&[5u8; 40 * 1024]]).unwrap();
+    if !writer.zeroes_ahead() || !writer.writes_direct() {
+        eprintln!("no zeros ahead under {}", dir.display());
+        return None;
+    }
+    Some(writer)
+}
+
 /// With direct I/O, a segment starts as a zeroed spare: while open it is longer than its records
 /// (the zeros read as its end), sealing trims it, and the next segment, zeroed while the first
 /// filled, is renamed into place. Recovery never reads the spare, and the writer removes it.
 #[test]
 fn segments_start_zeroed_and_are_trimmed_when_sealed() {
     let dir = disk_dir();
-    let recovery = recover(dir.path()).unwrap();
-    let mut writer = open(dir.path(), 64 * 1024, &recovery);
-    // However busy the disk: the first append waits for its zeros only so long.
-    writer.settle_spare();
-    writer.append(&[&[5u8; 40 * 1024]]).unwrap();
-    if !writer.zeroes_ahead() || !writer.writes_direct() {
-        eprintln!("no zeros ahead under {}", dir.path().display());
+    let Some(mut writer) = zeroing_writer_after_40_kib(dir.path()) else {
         return;
-    }
+    };
     let first = last_segment(dir.path());
     let logical = (RECORD_HEADER_BYTES + 40 * 1024) as u64;
     // The segment's size and a margin, zeroed.
@@ -462,14 +471,9 @@ fn a_record_torn_before_zeros_is_cut_off() {
 #[test]
 fn a_refused_direct_write_stops_the_spares() {
     let dir = disk_dir();
-    let recovery = recover(dir.path()).unwrap();
-    let mut writer = open(dir.path(), 64 * 1024, &recovery);
-    writer.settle_spare();
-    writer.append(&[&[5u8; 40 * 1024]]).unwrap();
-    if !writer.zeroes_ahead() || !writer.writes_direct() {
-        eprintln!("no zeros ahead under {}", dir.path().display());
+    let Some(mut writer) = zeroing_writer_after_40_kib(dir.path()) else {
         return;
-    }
+    };
     writer.settle_spare();
     assert!(dir.path().join(SPARE).exists());
     writer.refuse_direct_writes();
