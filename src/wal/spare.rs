@@ -1,10 +1,10 @@
 //! The next segment, zeroed ahead of time.
 //!
 //! On ext4 and XFS, which write blocks in place and journal their allocation, a write that
-//! allocates blocks or moves a file's end makes the `fdatasync` after it commit the journal too; a write over blocks that
-//! were written and synced before flushes only the data. A 288 KiB direct append and its
-//! `fdatasync` took 0.51–0.59 ms here, the same write over zeros 0.29–0.33 ms (BENCHMARKS.md,
-//! issue 18, twenty-seventh pass). With `fsync = "always"` that is on every export's answer, so
+//! allocates blocks or moves a file's end makes the `fdatasync` after it commit the journal
+//! too; a write over blocks that were written and synced before flushes only the data. A 288 KiB
+//! direct append and its `fdatasync` took 0.51–0.59 ms here, the same write over zeros
+//! 0.29–0.33 ms (BENCHMARKS.md, issue 18, twenty-seventh pass). With `fsync = "always"` that is on every export's answer, so
 //! a thread writes a segment's worth of zeros, syncs them and hands the file over; the writer
 //! renames it to the next segment's name when it rotates. Zeros are what a reader takes for the
 //! end of a segment already ([`super::segment`]), so recovery reads such a segment as it reads
@@ -15,7 +15,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -96,19 +96,7 @@ impl Spares {
     /// [`FIRST_WAIT`]). `None` when it is not ready or could not be made (logged): the writer
     /// starts a segment of its own then.
     pub fn take(&mut self, wait: bool) -> Option<(File, u64)> {
-        if let Some((_, made)) = &self.making {
-            let made = if wait {
-                made.recv_timeout(FIRST_WAIT)
-                    .map_err(|e| e == RecvTimeoutError::Disconnected)
-            } else {
-                made.try_recv().map_err(|e| e == TryRecvError::Disconnected)
-            };
-            match made {
-                Ok(made) => self.made(made),
-                Err(true) => self.made(Err(io::Error::other("the thread zeroing it panicked"))),
-                Err(false) => {}
-            }
-        }
+        self.receive(if wait { FIRST_WAIT } else { Duration::ZERO });
         match self.made.take()? {
             Ok(file) => Some((file, self.bytes)),
             Err(e) if e.kind() == io::ErrorKind::Unsupported => {
@@ -125,15 +113,22 @@ impl Spares {
     /// Tests: waits for the spare being made.
     #[cfg(test)]
     pub fn settle(&mut self) {
-        if let Some((_, made)) = &self.making {
-            let made = made
-                .recv()
-                .unwrap_or_else(|_| Err(io::Error::other("the thread zeroing it panicked")));
-            self.made(made);
-        }
+        // Past any deadline: `recv_timeout` then waits as `recv` does.
+        self.receive(Duration::MAX);
     }
 
-    fn made(&mut self, made: io::Result<File>) {
+    /// Takes the spare being made into `made` if it is ready within `timeout`.
+    fn receive(&mut self, timeout: Duration) {
+        let Some((_, made)) = &self.making else {
+            return;
+        };
+        let made = match made.recv_timeout(timeout) {
+            Ok(made) => made,
+            Err(RecvTimeoutError::Timeout) => return,
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(io::Error::other("the thread zeroing it panicked"))
+            }
+        };
         if let Some((thread, _)) = self.making.take() {
             let _ = thread.join();
         }

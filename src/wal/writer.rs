@@ -67,14 +67,15 @@ impl WalWriter {
                 last_lsn: s.last_lsn,
             })
             .collect();
-        let direct = config.fsync_policy() == FsyncPolicy::Always;
+        let fsync = config.fsync_policy();
+        let direct = fsync == FsyncPolicy::Always;
         WalWriter {
             spares: (direct && spare::pay_off_in(&dir))
                 .then(|| Spares::start(&dir, config.segment_bytes)),
             started: false,
             dir,
             segment_bytes: config.segment_bytes,
-            fsync: config.fsync_policy(),
+            fsync,
             current: None,
             sealed,
             next_lsn: recovery.next_lsn.max(1),
